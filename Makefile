@@ -1,0 +1,33 @@
+# The README's two commands: `make test` and `make demo`. Both create .venv on first use.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: test demo lint bench clean java-check
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "raygroups needs Python >= 3.11, found " + sys.version.split()[0])'
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+java-check:
+	@sh scripts/check_java.sh
+
+test: $(STAMP) java-check
+	$(PY) -m pytest -m "not bench" $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(VENV)/bin/lint-imports
+
+demo: $(STAMP)
+	$(PY) -m raygroups.demo
+
+bench: $(STAMP)
+	$(PY) bench/log_bench.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info
