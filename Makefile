@@ -17,7 +17,7 @@ java-check:
 	@sh scripts/check_java.sh
 
 test: $(STAMP) java-check
-	$(PY) -m pytest -m "not bench" $(PYTEST_ARGS)
+	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -8,7 +8,6 @@ record type, as Kafka's key version does (OffsetCommit = 1, GroupMetadata = 2); 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +57,8 @@ class GroupMetadataValue:
             object.__setattr__(self, "members", tuple(self.members))
 
 
-RecordKey = Union[OffsetCommitKey, GroupMetadataKey]
-RecordValue = Union[OffsetCommitValue, GroupMetadataValue, None]
+RecordKey = OffsetCommitKey | GroupMetadataKey
+RecordValue = OffsetCommitValue | GroupMetadataValue | None
 Record = tuple[RecordKey, RecordValue]
 
 # Kafka's key versions double as record type ids (reference §4.1).

@@ -1,0 +1,118 @@
+"""Typed coordinator configuration keyed by Kafka's property names (reference §3).
+
+``CoordinatorConfig.from_properties({...})`` takes Kafka property names (``group.max.size``) and
+validates every value: an unknown key, a value of the wrong type or a value outside its range raises
+with the property's name and its limit; nothing is half-applied.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+_INT_MAX = 2**31 - 1
+_LONG_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class _Prop:
+    attr: str
+    minimum: int
+    maximum: int
+
+
+# Kafka property name -> (attribute, min, max). Defaults live on the dataclass.
+_PROPERTIES: dict[str, _Prop] = {
+    "offsets.topic.num.partitions": _Prop("offsets_topic_num_partitions", 1, 10_000),
+    "offsets.topic.replication.factor": _Prop("offsets_topic_replication_factor", 1, 32767),
+    "offsets.topic.segment.bytes": _Prop("offsets_topic_segment_bytes", 1024, _INT_MAX),
+    "offsets.retention.minutes": _Prop("offsets_retention_minutes", 1, _INT_MAX),
+    "offsets.retention.check.interval.ms": _Prop("offsets_retention_check_interval_ms", 1, _LONG_MAX),
+    "offsets.commit.timeout.ms": _Prop("offsets_commit_timeout_ms", 1, _INT_MAX),
+    "offset.metadata.max.bytes": _Prop("offset_metadata_max_bytes", 0, _INT_MAX),
+    "group.min.session.timeout.ms": _Prop("group_min_session_timeout_ms", 0, _INT_MAX),
+    "group.max.session.timeout.ms": _Prop("group_max_session_timeout_ms", 0, _INT_MAX),
+    "group.initial.rebalance.delay.ms": _Prop("group_initial_rebalance_delay_ms", 0, _INT_MAX),
+    "group.max.size": _Prop("group_max_size", 1, _INT_MAX),
+    "group.classic.new.member.join.timeout.ms": _Prop("group_new_member_join_timeout_ms", 1, _INT_MAX),
+    "group.coordinator.append.linger.ms": _Prop("group_coordinator_append_linger_ms", 0, _INT_MAX),
+    "delete.retention.ms": _Prop("delete_retention_ms", 0, _LONG_MAX),
+    "min.insync.replicas": _Prop("min_insync_replicas", 1, 32767),
+    "replica.lag.time.max.ms": _Prop("replica_lag_time_max_ms", 1, _LONG_MAX),
+    "message.max.bytes": _Prop("message_max_bytes", 1024, _INT_MAX),
+    "request.timeout.ms": _Prop("request_timeout_ms", 1, _INT_MAX),
+    "log.flush.interval.ms": _Prop("log_flush_interval_ms", 0, _LONG_MAX),
+}
+
+
+@dataclass(frozen=True)
+class CoordinatorConfig:
+    """Kafka's defaults at the reference snapshot (§3.1, §3.2, §3.5)."""
+
+    offsets_topic_num_partitions: int = 50
+    offsets_topic_replication_factor: int = 3
+    offsets_topic_segment_bytes: int = 100 * 1024 * 1024
+    offsets_retention_minutes: int = 10_080
+    offsets_retention_check_interval_ms: int = 600_000
+    offsets_commit_timeout_ms: int = 5_000
+    offset_metadata_max_bytes: int = 4_096
+    group_min_session_timeout_ms: int = 6_000
+    group_max_session_timeout_ms: int = 1_800_000
+    group_initial_rebalance_delay_ms: int = 3_000
+    group_max_size: int = _INT_MAX
+    group_new_member_join_timeout_ms: int = 300_000
+    group_coordinator_append_linger_ms: int = 5
+    delete_retention_ms: int = 86_400_000
+    min_insync_replicas: int = 2
+    replica_lag_time_max_ms: int = 30_000
+    # Kafka's broker default: the largest batch (and so the largest member metadata) it accepts.
+    message_max_bytes: int = 1_048_588
+    request_timeout_ms: int = 30_000
+    # 0: fsync every batch (the default here); N > 0: fsync at most every N ms.
+    log_flush_interval_ms: int = 0
+
+    def __post_init__(self) -> None:
+        for name, prop in _PROPERTIES.items():
+            value = getattr(self, prop.attr)
+            _check(name, value, prop)
+        if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
+            raise ValueError(
+                "group.min.session.timeout.ms "
+                f"({self.group_min_session_timeout_ms}) must be <= group.max.session.timeout.ms "
+                f"({self.group_max_session_timeout_ms})"
+            )
+
+    @property
+    def offsets_retention_ms(self) -> int:
+        return self.offsets_retention_minutes * 60_000
+
+    @classmethod
+    def from_properties(cls, properties: dict[str, Any] | CoordinatorConfig | None = None) -> CoordinatorConfig:
+        if properties is None:
+            return cls()
+        if isinstance(properties, CoordinatorConfig):
+            return properties
+        if not isinstance(properties, dict):
+            raise TypeError(f"config must be a dict of Kafka property names, got {type(properties).__name__}")
+        kwargs: dict[str, int] = {}
+        for name, value in properties.items():
+            prop = _PROPERTIES.get(name)
+            if prop is None:
+                known = ", ".join(sorted(_PROPERTIES))
+                raise ValueError(f"unknown coordinator property {name!r}; known properties: {known}")
+            _check(name, value, prop)
+            kwargs[prop.attr] = value
+        return cls(**kwargs)
+
+    def to_properties(self) -> dict[str, int]:
+        return {name: getattr(self, prop.attr) for name, prop in _PROPERTIES.items()}
+
+
+def _check(name: str, value: Any, prop: _Prop) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if not prop.minimum <= value <= prop.maximum:
+        raise ValueError(f"{name} must be in [{prop.minimum}, {prop.maximum}], got {value}")
+
+
+assert {p.attr for p in _PROPERTIES.values()} == {f.name for f in fields(CoordinatorConfig)}

@@ -1,0 +1,631 @@
+"""One ``__consumer_offsets`` partition's group coordinator: the classic protocol as a deterministic
+state machine (Kafka's new Java coordinator for classic groups, ``GroupMetadataManager.classicGroup*``).
+
+Handlers validate against current state, mutate soft state (members, timers, parked requests), emit
+records through ``_write`` (which replays them into ``DurableState`` at once, with undo tokens) and
+complete ``Deferred`` responses. The runtime that drives a shard appends the records of each operation
+and releases its responses only once they are durable; on an append failure it undoes the records and
+calls the operation's ``on_done`` callbacks with the mapped error.
+
+Guarantees: given the same requests, clock and member-id generator, the same records and responses;
+generations never decrease; in one generation each member id is answered by one join completion.
+Not covered here: transactional offsets and KIP-848 consumer groups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from coordinator.clock import Clock, Timers
+from coordinator.config import CoordinatorConfig
+from coordinator.errors import CoordinatorError, Errors, IllegalStateError
+from coordinator.group import ClassicGroup, GroupState, Member
+from coordinator.messages import (
+    UNKNOWN_MEMBER_ID,
+    Deferred,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    LeaveMemberResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from coordinator.records import GroupMetadataKey, Record, new_empty_group_metadata_record
+from coordinator.shard_offsets import OffsetsMixin
+from coordinator.state import DurableState
+
+OnDone = Callable[[Errors], None]
+
+
+def heartbeat_key(group_id: str, member_id: str) -> tuple:
+    return ("heartbeat", group_id, member_id)
+
+
+def join_key(group_id: str) -> tuple:
+    return ("join", group_id)
+
+
+def sync_key(group_id: str) -> tuple:
+    return ("sync", group_id)
+
+
+class GroupCoordinatorShard(OffsetsMixin):
+    def __init__(
+        self,
+        partition: int,
+        config: CoordinatorConfig,
+        clock: Clock,
+        timers: Timers,
+        new_member_id: Callable[[str], str],
+        run_timer: Callable[[Callable[[], None]], None] | None = None,
+    ) -> None:
+        self.partition = partition
+        self.config = config
+        self.clock = clock
+        self.timers = timers
+        self._new_member_id = new_member_id
+        # The runtime wraps every timer expiry so that it goes through the same write path as a request.
+        self._run_timer = run_timer or (lambda fn: fn())
+        self.state = DurableState()
+        self.groups: dict[str, ClassicGroup] = {}
+        self._op_records: list[Record] = []
+        self._op_undo: list[tuple] = []
+        self._op_callbacks: list[OnDone] = []
+
+    # ------------------------------------------------------------------------------------------
+    # Operation plumbing (used by the runtime)
+    # ------------------------------------------------------------------------------------------
+    def now_ms(self) -> int:
+        return self.clock.now_ms()
+
+    def _write(self, records: list[Record], on_done: OnDone | None = None) -> None:
+        """Emit records: replay them now (speculatively) and have the runtime append them."""
+        for key, value in records:
+            self._op_undo.append(self.state.replay(key, value))
+        self._op_records.extend(records)
+        if on_done is not None:
+            self._op_callbacks.append(on_done)
+
+    def take_operation(self) -> tuple[list[Record], list[tuple], list[OnDone]]:
+        out = (self._op_records, self._op_undo, self._op_callbacks)
+        self._op_records, self._op_undo, self._op_callbacks = [], [], []
+        return out
+
+    def revert(self, undo: list[tuple]) -> None:
+        """Undo the records of a failed append and bring the live groups they touched back in line."""
+        touched = set()
+        for token in reversed(undo):
+            self.state.undo(token)
+            touched.add(token[1])
+        for group_id in touched:
+            self._resync_group_after_revert(group_id)
+
+    def _resync_group_after_revert(self, group_id: str) -> None:
+        group = self.groups.get(group_id)
+        if group_id not in self.state.groups:
+            # The group only existed through the records that were undone (e.g. created by this
+            # JoinGroup or by a simple commit): it never existed.
+            if group is not None and not group.members and not group.pending_members:
+                self._drop_group(group_id)
+            return
+        if group is None or group.is_in(GroupState.DEAD):
+            # A deletion (DeleteGroups, expiration) was undone: the group comes back as loaded.
+            self._materialize_group(group_id)
+
+    def _schedule(self, key: tuple, delay_ms: int, fn: Callable[[], None]) -> None:
+        self.timers.schedule(key, delay_ms, lambda: self._run_timer(fn))
+
+    def _group_or_none(self, group_id: str) -> ClassicGroup | None:
+        return self.groups.get(group_id)
+
+    def _get_or_create_group(self, group_id: str) -> tuple[ClassicGroup, bool]:
+        group = self.groups.get(group_id)
+        if group is not None:
+            return group, False
+        group = ClassicGroup(group_id, self.now_ms)
+        self.groups[group_id] = group
+        return group, True
+
+    def _drop_group(self, group_id: str) -> None:
+        group = self.groups.pop(group_id, None)
+        if group is None:
+            return
+        self.timers.cancel(join_key(group_id))
+        self.timers.cancel(sync_key(group_id))
+        for member_id in list(group.members) + list(group.pending_members):
+            self.timers.cancel(heartbeat_key(group_id, member_id))
+
+    # ------------------------------------------------------------------------------------------
+    # JoinGroup (reference §2.3)
+    # ------------------------------------------------------------------------------------------
+    def join_group(self, req: JoinGroupRequest, respond: Deferred) -> None:
+        cfg = self.config
+        if not cfg.group_min_session_timeout_ms <= req.session_timeout_ms <= cfg.group_max_session_timeout_ms:
+            respond.complete(JoinGroupResponse(Errors.INVALID_SESSION_TIMEOUT, member_id=req.member_id))
+            return
+        is_unknown_member = req.member_id == UNKNOWN_MEMBER_ID
+        group = self.groups.get(req.group_id)
+        is_new_group = group is None
+        if group is None:
+            if not is_unknown_member:
+                respond.complete(JoinGroupResponse(Errors.UNKNOWN_MEMBER_ID, member_id=req.member_id))
+                return
+            group, _ = self._get_or_create_group(req.group_id)
+        records_before = len(self._op_records)
+        if not self._accept_joining_member(group, req.member_id):
+            self._remove_member_and_timers(group, req.member_id)
+            respond.complete(JoinGroupResponse(Errors.GROUP_MAX_SIZE_REACHED, member_id=UNKNOWN_MEMBER_ID))
+        elif is_unknown_member:
+            self._join_new_member(req, group, respond)
+        else:
+            self._join_existing_member(req, group, respond)
+        if is_new_group and len(self._op_records) == records_before:
+            # Kafka's new coordinator persists a freshly created group at once (generation 0, no
+            # protocol type) so that the group exists in the log; if that write fails the group is
+            # reverted and the join answered with the mapped error.
+            def on_done(error: Errors) -> None:
+                if error is not Errors.NONE:
+                    respond.complete(JoinGroupResponse(error))
+
+            self._write([new_empty_group_metadata_record(req.group_id, self.now_ms())], on_done)
+
+    def _accept_joining_member(self, group: ClassicGroup, member_id: str) -> bool:
+        """``group.max.size`` acceptance (reference §2.12)."""
+        max_size = self.config.group_max_size
+        if group.state in (GroupState.EMPTY, GroupState.DEAD):
+            return True
+        if group.is_in(GroupState.PREPARING_REBALANCE):
+            member = group.members.get(member_id)
+            return (member is not None and member.is_awaiting_join) or group.num_awaiting_join < max_size
+        return member_id in group.members or group.num_members < max_size
+
+    def _remove_member_and_timers(self, group: ClassicGroup, member_id: str) -> None:
+        group.remove(member_id)
+        if member_id:
+            self.timers.cancel(heartbeat_key(group.group_id, member_id))
+
+    def _join_new_member(self, req: JoinGroupRequest, group: ClassicGroup, respond: Deferred) -> None:
+        if group.is_in(GroupState.DEAD):
+            respond.complete(JoinGroupResponse(Errors.COORDINATOR_NOT_AVAILABLE, member_id=UNKNOWN_MEMBER_ID))
+            return
+        if not group.supports_protocols(req.protocol_type, [p for p, _ in req.protocols]):
+            respond.complete(JoinGroupResponse(Errors.INCONSISTENT_GROUP_PROTOCOL, member_id=UNKNOWN_MEMBER_ID))
+            return
+        new_member_id = self._new_member_id(req.group_instance_id or req.client_id)
+        if req.group_instance_id is not None:
+            existing = group.static_member_id(req.group_instance_id)
+            if existing is not None:
+                self._update_static_member(req, group, existing, new_member_id, respond)
+            else:
+                self._add_member_and_rebalance(req, group, new_member_id, respond)
+        elif req.require_known_member_id:
+            # KIP-394: hand out an id, remember it as pending; the member joins with it next time.
+            group.add_pending_member(new_member_id)
+            self._schedule(
+                heartbeat_key(group.group_id, new_member_id),
+                req.session_timeout_ms,
+                lambda gid=group.group_id, mid=new_member_id: self._expire_heartbeat(gid, mid),
+            )
+            respond.complete(JoinGroupResponse(Errors.MEMBER_ID_REQUIRED, member_id=new_member_id))
+        else:
+            self._add_member_and_rebalance(req, group, new_member_id, respond)
+
+    def _join_existing_member(self, req: JoinGroupRequest, group: ClassicGroup, respond: Deferred) -> None:
+        member_id = req.member_id
+        if group.is_in(GroupState.DEAD):
+            respond.complete(JoinGroupResponse(Errors.COORDINATOR_NOT_AVAILABLE, member_id=member_id))
+            return
+        if not group.supports_protocols(req.protocol_type, [p for p, _ in req.protocols]):
+            respond.complete(JoinGroupResponse(Errors.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id))
+            return
+        if group.is_pending_member(member_id):
+            if req.group_instance_id is not None:
+                raise IllegalStateError(
+                    f"JoinGroup with group_instance_id={req.group_instance_id} for pending member {member_id}"
+                )
+            self._add_member_and_rebalance(req, group, member_id, respond)
+            return
+        try:
+            group.validate_member(member_id, req.group_instance_id)
+        except CoordinatorError as e:
+            respond.complete(JoinGroupResponse(e.error, member_id=member_id))
+            return
+        member = group.members[member_id]
+        if group.is_in(GroupState.PREPARING_REBALANCE):
+            self._update_member_and_rebalance(req, group, member, respond)
+        elif group.is_in(GroupState.COMPLETING_REBALANCE):
+            if member.matches(req.protocols):
+                # Same metadata (e.g. a lost JoinGroup response): answer with the current generation.
+                respond.complete(self._join_response(group, member_id, with_members=group.is_leader(member_id)))
+            else:
+                self._update_member_and_rebalance(req, group, member, respond)
+        elif group.is_in(GroupState.STABLE):
+            if group.is_leader(member_id) or not member.matches(req.protocols):
+                # A leader's JoinGroup forces a rebalance (e.g. topic metadata changed); so does new metadata.
+                self._update_member_and_rebalance(req, group, member, respond)
+            else:
+                respond.complete(self._join_response(group, member_id, with_members=False))
+        else:
+            respond.complete(JoinGroupResponse(Errors.UNKNOWN_MEMBER_ID, member_id=member_id))
+
+    def _join_response(self, group: ClassicGroup, member_id: str, with_members: bool,
+                       skip: bool = False) -> JoinGroupResponse:
+        return JoinGroupResponse(
+            Errors.NONE,
+            generation_id=group.generation_id,
+            member_id=member_id,
+            leader=group.leader_id or "",
+            protocol_type=group.protocol_type,
+            protocol_name=group.protocol_name,
+            members=group.current_members_for_leader() if with_members else [],
+            skip_assignment=skip,
+        )
+
+    def _add_member_and_rebalance(self, req: JoinGroupRequest, group: ClassicGroup, member_id: str,
+                                  respond: Deferred) -> None:
+        member = Member(
+            member_id, req.group_instance_id, req.client_id, req.client_host, req.rebalance_timeout_ms,
+            req.session_timeout_ms, req.protocol_type, req.protocols,
+        )
+        member.is_new = True
+        # Extends the initial delay (new coordinator: any rebalance that started from Empty).
+        if group.is_in(GroupState.PREPARING_REBALANCE) and group.previous_state is GroupState.EMPTY:
+            group.new_member_added = True
+        group.add(member, respond)
+        # A new member cannot heartbeat while parked; time it out after the new-member join timeout.
+        self._reschedule_heartbeat(group, member, self.config.group_new_member_join_timeout_ms)
+        self._maybe_prepare_rebalance_or_complete_join(group)
+
+    def _update_member_and_rebalance(self, req: JoinGroupRequest, group: ClassicGroup, member: Member,
+                                     respond: Deferred) -> None:
+        group.update_member(member, req.protocols, req.rebalance_timeout_ms, req.session_timeout_ms, respond)
+        self._maybe_prepare_rebalance_or_complete_join(group)
+
+    def _update_static_member(self, req: JoinGroupRequest, group: ClassicGroup, old_member_id: str,
+                              new_member_id: str, respond: Deferred) -> None:
+        """A static member restarted with an unknown member id (reference §2.7)."""
+        current_leader = group.leader_id
+        new_member = group.replace_static_member(req.group_instance_id, old_member_id, new_member_id)
+        self.timers.cancel(heartbeat_key(group.group_id, old_member_id))
+        self._reschedule_heartbeat(group, new_member)
+        old_rebalance, old_session, old_protocols = (
+            new_member.rebalance_timeout_ms, new_member.session_timeout_ms, new_member.protocols,
+        )
+        group.update_member(new_member, req.protocols, req.rebalance_timeout_ms, req.session_timeout_ms, respond)
+        if group.is_in(GroupState.STABLE):
+            if (group.protocol_name or "") == group.select_protocol():
+                # Nothing changes for the others: persist the new member id, no rebalance.
+                assignment = {m.member_id: m.assignment for m in group.members.values()}
+                instance_id = req.group_instance_id
+
+                def on_done(error: Errors) -> None:
+                    if error is not Errors.NONE:
+                        # Revert: the old member id is valid again.
+                        group.update_member(new_member, old_protocols, old_rebalance, old_session, None)
+                        old_member = group.replace_static_member(instance_id, new_member_id, old_member_id)
+                        self.timers.cancel(heartbeat_key(group.group_id, new_member_id))
+                        self._reschedule_heartbeat(group, old_member)
+                        respond.complete(JoinGroupResponse(
+                            error, generation_id=group.generation_id, member_id=UNKNOWN_MEMBER_ID,
+                            leader=current_leader or "", protocol_type=group.protocol_type,
+                            protocol_name=group.protocol_name,
+                        ))
+                    else:
+                        # JoinGroup v9 (supportSkippingAssignment): the leader learns the members but skips
+                        # the assignment; a follower sees the old leader id so that it does not assign.
+                        is_leader = group.is_leader(new_member_id)
+                        group.complete_join(new_member, self._join_response(
+                            group, new_member_id, with_members=is_leader, skip=is_leader,
+                        ))
+
+                self._write(
+                    [(GroupMetadataKey(group.group_id), group.to_metadata_value(assignment))], on_done,
+                )
+            else:
+                self._maybe_prepare_rebalance_or_complete_join(group)
+        elif group.is_in(GroupState.COMPLETING_REBALANCE):
+            # The leader may already have assigned to the old member id: rebalance.
+            self._prepare_rebalance(group)
+        elif group.state in (GroupState.EMPTY, GroupState.DEAD):
+            raise IllegalStateError(
+                f"group {group.group_id} in state {group.state.value} when static member "
+                f"{req.group_instance_id} rejoined"
+            )
+        else:
+            self._maybe_complete_join_phase(group)
+
+    # ------------------------------------------------------------------------------------------
+    # Rebalance machinery (reference §2.4, §2.11)
+    # ------------------------------------------------------------------------------------------
+    def _maybe_prepare_rebalance_or_complete_join(self, group: ClassicGroup) -> None:
+        if group.can_rebalance():
+            self._prepare_rebalance(group)
+        else:
+            self._maybe_complete_join_phase(group)
+
+    def _prepare_rebalance(self, group: ClassicGroup) -> None:
+        if group.is_in(GroupState.COMPLETING_REBALANCE):
+            self._reset_and_propagate_assignment_with_error(group, Errors.REBALANCE_IN_PROGRESS)
+        self._remove_sync_expiration(group)
+        is_initial = group.is_in(GroupState.EMPTY)
+        if is_initial:
+            delay = self.config.group_initial_rebalance_delay_ms
+            remaining = max(group.rebalance_timeout_ms() - delay, 0)
+            gid = group.group_id
+            self._schedule(join_key(gid), delay, lambda: self._try_complete_initial_rebalance(gid, delay, remaining))
+        group.transition_to(GroupState.PREPARING_REBALANCE)
+        if not is_initial:
+            if group.has_all_members_joined():
+                self._complete_join(group)
+            else:
+                gid = group.group_id
+                self._schedule(join_key(gid), group.rebalance_timeout_ms(), lambda: self._complete_join_by_id(gid))
+
+    def _maybe_complete_join_phase(self, group: ClassicGroup) -> None:
+        # The initial (delayed) rebalance never completes early; only its timer completes it.
+        if (
+            group.is_in(GroupState.PREPARING_REBALANCE)
+            and group.previous_state is not GroupState.EMPTY
+            and group.has_all_members_joined()
+        ):
+            self._complete_join(group)
+
+    def _try_complete_initial_rebalance(self, group_id: str, delay_ms: int, remaining_ms: int) -> None:
+        group = self.groups.get(group_id)
+        if group is None:
+            return
+        if group.new_member_added and remaining_ms != 0:
+            group.new_member_added = False
+            new_delay = min(self.config.group_initial_rebalance_delay_ms, remaining_ms)
+            # Kafka decrements the remaining budget by the *previous* delay (reference §2.11).
+            new_remaining = max(remaining_ms - delay_ms, 0)
+            self._schedule(
+                join_key(group_id), new_delay,
+                lambda: self._try_complete_initial_rebalance(group_id, new_delay, new_remaining),
+            )
+        else:
+            self._complete_join(group)
+
+    def _complete_join_by_id(self, group_id: str) -> None:
+        group = self.groups.get(group_id)
+        if group is not None:
+            self._complete_join(group)
+
+    def _complete_join(self, group: ClassicGroup) -> None:
+        gid = group.group_id
+        self.timers.cancel(join_key(gid))
+        for member in group.not_yet_rejoined_members():
+            if not member.is_static:
+                group.remove(member.member_id)
+                self.timers.cancel(heartbeat_key(gid, member.member_id))
+        if group.is_in(GroupState.DEAD):
+            return
+        if not group.maybe_elect_new_joined_leader() and group.members:
+            # Only static members that did not rejoin remain: wait for their session timeouts.
+            self._schedule(join_key(gid), group.rebalance_timeout_ms(), lambda: self._complete_join_by_id(gid))
+            return
+        group.init_next_generation()
+        if group.is_in(GroupState.EMPTY):
+            self._write([(GroupMetadataKey(gid), group.to_metadata_value({}))])
+            return
+        for member in list(group.members.values()):
+            response = self._join_response(group, member.member_id, with_members=group.is_leader(member.member_id))
+            group.complete_join(member, response)
+            self._reschedule_heartbeat(group, member)
+            member.is_new = False
+            group.pending_sync_members.add(member.member_id)
+        generation = group.generation_id
+        self._schedule(sync_key(gid), group.rebalance_timeout_ms(), lambda: self._expire_pending_sync(gid, generation))
+
+    def _expire_pending_sync(self, group_id: str, generation_id: int) -> None:
+        group = self.groups.get(group_id)
+        if group is None or generation_id != group.generation_id:
+            return
+        if group.state in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE) and group.pending_sync_members:
+            for member_id in list(group.pending_sync_members):
+                group.remove(member_id)
+                self.timers.cancel(heartbeat_key(group_id, member_id))
+            self._prepare_rebalance(group)
+
+    def _reset_and_propagate_assignment_with_error(self, group: ClassicGroup, error: Errors) -> None:
+        if not group.is_in(GroupState.COMPLETING_REBALANCE):
+            raise IllegalStateError(f"group {group.group_id} must be CompletingRebalance, is {group.state.value}")
+        for member in group.members.values():
+            member.assignment = b""
+        self._propagate_assignment(group, error)
+
+    def _set_and_propagate_assignment(self, group: ClassicGroup, assignment: dict[str, bytes]) -> None:
+        if not group.is_in(GroupState.COMPLETING_REBALANCE):
+            raise IllegalStateError(f"group {group.group_id} must be CompletingRebalance, is {group.state.value}")
+        for member in group.members.values():
+            member.assignment = assignment.get(member.member_id, b"")
+        self._propagate_assignment(group, Errors.NONE)
+
+    def _propagate_assignment(self, group: ClassicGroup, error: Errors) -> None:
+        ok = error is Errors.NONE
+        for member in list(group.members.values()):
+            response = SyncGroupResponse(
+                error, member.assignment,
+                group.protocol_type if ok else None, group.protocol_name if ok else None,
+            )
+            if group.complete_sync(member, response):
+                # A session that expired while parked was ignored: arm a fresh one now.
+                self._reschedule_heartbeat(group, member)
+
+    def _remove_sync_expiration(self, group: ClassicGroup) -> None:
+        group.pending_sync_members.clear()
+        self.timers.cancel(sync_key(group.group_id))
+
+    # ------------------------------------------------------------------------------------------
+    # Liveness (reference §2.6)
+    # ------------------------------------------------------------------------------------------
+    def _reschedule_heartbeat(self, group: ClassicGroup, member: Member, timeout_ms: int | None = None) -> None:
+        gid, mid = group.group_id, member.member_id
+        self._schedule(
+            heartbeat_key(gid, mid),
+            member.session_timeout_ms if timeout_ms is None else timeout_ms,
+            lambda: self._expire_heartbeat(gid, mid),
+        )
+
+    def _expire_heartbeat(self, group_id: str, member_id: str) -> None:
+        group = self.groups.get(group_id)
+        if group is None or group.is_in(GroupState.DEAD):
+            return
+        if group.is_pending_member(member_id):
+            group.remove(member_id)
+            if group.is_in(GroupState.PREPARING_REBALANCE) and group.has_all_members_joined():
+                self._complete_join(group)
+            return
+        member = group.members.get(member_id)
+        if member is not None and not member.has_satisfied_heartbeat():
+            self._remove_member_and_update_group(group, member)
+
+    def _remove_member_and_update_group(self, group: ClassicGroup, member: Member) -> None:
+        group.complete_join(member, JoinGroupResponse(Errors.UNKNOWN_MEMBER_ID, member_id=UNKNOWN_MEMBER_ID))
+        group.remove(member.member_id)
+        if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._maybe_prepare_rebalance_or_complete_join(group)
+        elif group.is_in(GroupState.PREPARING_REBALANCE) and group.has_all_members_joined():
+            self._complete_join(group)
+
+    # ------------------------------------------------------------------------------------------
+    # SyncGroup (reference §2.5)
+    # ------------------------------------------------------------------------------------------
+    def sync_group(self, req: SyncGroupRequest, respond: Deferred) -> None:
+        group = self.groups.get(req.group_id)
+        if group is None:
+            respond.complete(SyncGroupResponse(Errors.UNKNOWN_MEMBER_ID))
+            return
+        error = self._validate_sync(group, req)
+        if error is not None:
+            respond.complete(SyncGroupResponse(error))
+        elif group.is_in(GroupState.EMPTY):
+            respond.complete(SyncGroupResponse(Errors.UNKNOWN_MEMBER_ID))
+        elif group.is_in(GroupState.PREPARING_REBALANCE):
+            respond.complete(SyncGroupResponse(Errors.REBALANCE_IN_PROGRESS))
+        elif group.is_in(GroupState.COMPLETING_REBALANCE):
+            member = group.members[req.member_id]
+            member.await_sync = respond
+            self._remove_pending_sync_member(group, req.member_id)
+            if group.is_leader(req.member_id):
+                assignment = dict(req.assignments)
+                for member_id in group.members:
+                    assignment.setdefault(member_id, b"")  # missing members get an empty assignment
+                generation = req.generation_id
+
+                def on_done(err: Errors) -> None:
+                    # Another member may have rejoined meanwhile: only act if nothing moved on.
+                    if group.is_in(GroupState.COMPLETING_REBALANCE) and group.generation_id == generation:
+                        if err is not Errors.NONE:
+                            self._reset_and_propagate_assignment_with_error(group, err)
+                            self._maybe_prepare_rebalance_or_complete_join(group)
+                        else:
+                            self._set_and_propagate_assignment(group, assignment)
+                            group.transition_to(GroupState.STABLE)
+
+                self._write([(GroupMetadataKey(group.group_id), group.to_metadata_value(assignment))], on_done)
+        elif group.is_in(GroupState.STABLE):
+            self._remove_pending_sync_member(group, req.member_id)
+            member = group.members[req.member_id]
+            self._reschedule_heartbeat(group, member)
+            respond.complete(SyncGroupResponse(Errors.NONE, member.assignment, group.protocol_type, group.protocol_name))
+        else:
+            raise IllegalStateError(f"SyncGroup reached group {group.group_id} in state {group.state.value}")
+
+    def _validate_sync(self, group: ClassicGroup, req: SyncGroupRequest) -> Errors | None:
+        if group.is_in(GroupState.DEAD):
+            return Errors.COORDINATOR_NOT_AVAILABLE
+        try:
+            group.validate_member(req.member_id, req.group_instance_id)
+        except CoordinatorError as e:
+            return e.error
+        if req.generation_id != group.generation_id:
+            return Errors.ILLEGAL_GENERATION
+        if _inconsistent(req.protocol_type, group.protocol_type) or _inconsistent(req.protocol_name, group.protocol_name):
+            return Errors.INCONSISTENT_GROUP_PROTOCOL
+        return None
+
+    def _remove_pending_sync_member(self, group: ClassicGroup, member_id: str) -> None:
+        group.pending_sync_members.discard(member_id)
+        if group.state in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE):
+            if not group.pending_sync_members:
+                self.timers.cancel(sync_key(group.group_id))
+        else:
+            self.timers.cancel(sync_key(group.group_id))
+
+    # ------------------------------------------------------------------------------------------
+    # Heartbeat
+    # ------------------------------------------------------------------------------------------
+    def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResponse:
+        group = self.groups.get(req.group_id)
+        if group is None:
+            return HeartbeatResponse(Errors.UNKNOWN_MEMBER_ID)
+        if group.is_in(GroupState.DEAD):
+            return HeartbeatResponse(Errors.COORDINATOR_NOT_AVAILABLE)
+        try:
+            group.validate_member(req.member_id, req.group_instance_id)
+        except CoordinatorError as e:
+            return HeartbeatResponse(e.error)
+        if req.generation_id != group.generation_id:
+            return HeartbeatResponse(Errors.ILLEGAL_GENERATION)
+        if group.is_in(GroupState.EMPTY):
+            return HeartbeatResponse(Errors.UNKNOWN_MEMBER_ID)
+        self._reschedule_heartbeat(group, group.members[req.member_id])
+        if group.is_in(GroupState.PREPARING_REBALANCE):
+            return HeartbeatResponse(Errors.REBALANCE_IN_PROGRESS)
+        return HeartbeatResponse(Errors.NONE)
+
+    # ------------------------------------------------------------------------------------------
+    # LeaveGroup (reference §1.2)
+    # ------------------------------------------------------------------------------------------
+    def leave_group(self, req: LeaveGroupRequest) -> LeaveGroupResponse:
+        group = self.groups.get(req.group_id)
+        if group is None:
+            return LeaveGroupResponse(
+                Errors.NONE, [LeaveMemberResponse(m, i, Errors.UNKNOWN_MEMBER_ID) for m, i in req.members]
+            )
+        if group.is_in(GroupState.DEAD):
+            return LeaveGroupResponse(Errors.COORDINATOR_NOT_AVAILABLE)
+        responses: list[LeaveMemberResponse] = []
+        for member_id, instance_id in req.members:
+            if member_id == UNKNOWN_MEMBER_ID:
+                # Admin removal of a static member by instance id (KIP-345).
+                existing = group.static_member_id(instance_id) if instance_id is not None else None
+                if existing is not None:
+                    self._remove_current_member(group, existing)
+                    responses.append(LeaveMemberResponse(member_id, instance_id, Errors.NONE))
+                else:
+                    responses.append(LeaveMemberResponse(member_id, instance_id, Errors.UNKNOWN_MEMBER_ID))
+            elif group.is_pending_member(member_id):
+                group.remove(member_id)
+                self.timers.cancel(heartbeat_key(group.group_id, member_id))
+                responses.append(LeaveMemberResponse(member_id, instance_id, Errors.NONE))
+            else:
+                try:
+                    group.validate_member(member_id, instance_id)
+                except CoordinatorError as e:
+                    responses.append(LeaveMemberResponse(member_id, instance_id, e.error))
+                    continue
+                self._remove_current_member(group, member_id)
+                responses.append(LeaveMemberResponse(member_id, instance_id, Errors.NONE))
+        if any(r.error is Errors.NONE for r in responses):
+            if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+                self._maybe_prepare_rebalance_or_complete_join(group)
+            elif group.is_in(GroupState.PREPARING_REBALANCE):
+                # Kafka's new coordinator (snapshot code): maybeCompleteJoinPhase, so a leave during the
+                # initial delayed rebalance does not complete it early.
+                self._maybe_complete_join_phase(group)
+        return LeaveGroupResponse(Errors.NONE, responses)
+
+    def _remove_current_member(self, group: ClassicGroup, member_id: str) -> None:
+        member = group.members[member_id]
+        self.timers.cancel(heartbeat_key(group.group_id, member_id))
+        group.complete_join(member, JoinGroupResponse(Errors.UNKNOWN_MEMBER_ID, member_id=UNKNOWN_MEMBER_ID))
+        group.remove(member_id)
+
+
+def _inconsistent(requested: str | None, current: str | None) -> bool:
+    return requested is not None and current is not None and requested != current

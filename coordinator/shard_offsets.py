@@ -1,0 +1,268 @@
+"""Offsets, administration, expiration and load/unload for ``GroupCoordinatorShard``
+(Kafka's ``OffsetMetadataManager`` and the admin paths of ``GroupMetadataManager``).
+
+Split out of ``shard.py`` by concern; it relies on the shard's ``state``, ``groups``, ``timers``,
+``_write`` and liveness helpers.
+"""
+
+from __future__ import annotations
+
+from coordinator.errors import CoordinatorError, Errors
+from coordinator.group import ClassicGroup, GroupState
+from coordinator.messages import (
+    DescribedGroup,
+    DescribedMember,
+    JoinGroupResponse,
+    ListedGroup,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetDeleteResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    PartitionOffset,
+    SyncGroupResponse,
+)
+from coordinator.records import (
+    OffsetCommitValue,
+    new_group_metadata_tombstone_record,
+    new_offset_commit_record,
+    new_offset_commit_tombstone_record,
+)
+
+EXPIRATION_KEY = ("expire-group-metadata",)
+CLASSIC_GROUP_TYPE = "classic"
+_NO_OFFSET = PartitionOffset(-1, -1, "", Errors.NONE)
+
+
+def java_length(s: str) -> int:
+    """``String.length()`` in Java: UTF-16 code units (Kafka checks metadata size this way)."""
+    return len(s.encode("utf-16-le", "surrogatepass")) // 2
+
+
+class OffsetsMixin:
+    # ------------------------------------------------------------------------------------------
+    # OffsetCommit (reference §1.2, OffsetCommit v8)
+    # ------------------------------------------------------------------------------------------
+    def commit_offsets(self, req: OffsetCommitRequest) -> OffsetCommitResponse:
+        group = self.groups.get(req.group_id)
+        created = False
+        if group is None:
+            if req.generation_id >= 0:
+                # v8 and older: an unknown group with a generation is ILLEGAL_GENERATION.
+                return OffsetCommitResponse({tp: Errors.ILLEGAL_GENERATION for tp in req.offsets})
+            # A "simple" group: manual assignment or admin commits (generation -1) create it Empty.
+            group, created = self._get_or_create_group(req.group_id)
+        try:
+            group.validate_offset_commit(req.member_id, req.group_instance_id, req.generation_id)
+        except CoordinatorError as e:
+            return OffsetCommitResponse({tp: e.error for tp in req.offsets})
+        if group.state in (GroupState.STABLE, GroupState.PREPARING_REBALANCE):
+            # A commit keeps the classic member's session alive.
+            self._reschedule_heartbeat(group, group.members[req.member_id])
+        now = self.now_ms()
+        expire = None if req.retention_time_ms == -1 else now + req.retention_time_ms
+        errors: dict[tuple[str, int], Errors] = {}
+        records = []
+        max_metadata = self.config.offset_metadata_max_bytes
+        for (topic, partition), (offset, metadata, leader_epoch) in req.offsets.items():
+            metadata = metadata or ""
+            if java_length(metadata) > max_metadata:
+                errors[(topic, partition)] = Errors.OFFSET_METADATA_TOO_LARGE
+                continue
+            errors[(topic, partition)] = Errors.NONE
+            records.append(
+                new_offset_commit_record(req.group_id, topic, partition, offset, leader_epoch, metadata, now, expire)
+            )
+        if records:
+            self._write(records)
+        elif created:
+            self._drop_group(req.group_id)  # nothing was written, so the group was never created
+        return OffsetCommitResponse(errors)
+
+    # ------------------------------------------------------------------------------------------
+    # OffsetFetch (v8: -1 for unknown group or partition)
+    # ------------------------------------------------------------------------------------------
+    def fetch_offsets(self, req: OffsetFetchRequest) -> OffsetFetchResponse:
+        group = self.groups.get(req.group_id)
+        dead = group is None or group.is_in(GroupState.DEAD)
+        by_tp = {} if dead else self.state.offsets.get(req.group_id, {})
+        if req.partitions is None:
+            return OffsetFetchResponse(Errors.NONE, {tp: _partition_offset(v) for tp, v in sorted(by_tp.items())})
+        out = {}
+        for tp in req.partitions:
+            value = by_tp.get(tp)
+            out[tp] = _NO_OFFSET if value is None else _partition_offset(value)
+        return OffsetFetchResponse(Errors.NONE, out)
+
+    # ------------------------------------------------------------------------------------------
+    # OffsetDelete
+    # ------------------------------------------------------------------------------------------
+    def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> OffsetDeleteResponse:
+        group = self.groups.get(group_id)
+        if group is None or group.is_in(GroupState.DEAD):
+            return OffsetDeleteResponse(Errors.GROUP_ID_NOT_FOUND)
+        if not group.is_in(GroupState.EMPTY) and not group.uses_consumer_protocol():
+            return OffsetDeleteResponse(Errors.NON_EMPTY_GROUP)
+        errors: dict[tuple[str, int], Errors] = {}
+        records = []
+        for topic, partition in partitions:
+            if group.is_subscribed_to_topic(topic):
+                errors[(topic, partition)] = Errors.GROUP_SUBSCRIBED_TO_TOPIC
+                continue
+            errors[(topic, partition)] = Errors.NONE
+            if self.state.offset(group_id, topic, partition) is not None:
+                records.append(new_offset_commit_tombstone_record(group_id, topic, partition))
+        if records:
+            self._write(records)
+        return OffsetDeleteResponse(Errors.NONE, errors)
+
+    # ------------------------------------------------------------------------------------------
+    # DeleteGroups
+    # ------------------------------------------------------------------------------------------
+    def delete_groups(self, group_ids: list[str]) -> dict[str, Errors]:
+        result: dict[str, Errors] = {}
+        for group_id in group_ids:
+            group = self.groups.get(group_id)
+            if group is None or group.is_in(GroupState.DEAD):
+                result[group_id] = Errors.GROUP_ID_NOT_FOUND
+                continue
+            if not group.is_in(GroupState.EMPTY):
+                result[group_id] = Errors.NON_EMPTY_GROUP
+                continue
+            records = [
+                new_offset_commit_tombstone_record(group_id, topic, partition)
+                for topic, partition in self.state.offsets.get(group_id, {})
+            ]
+            records.append(new_group_metadata_tombstone_record(group_id))
+            self._write(records)
+            self._remove_group(group)
+            result[group_id] = Errors.NONE
+        return result
+
+    def _remove_group(self, group: ClassicGroup) -> None:
+        group.transition_to(GroupState.DEAD)
+        self._drop_group(group.group_id)
+
+    # ------------------------------------------------------------------------------------------
+    # ListGroups / DescribeGroups
+    # ------------------------------------------------------------------------------------------
+    def list_groups(self, states_filter: list[str], types_filter: list[str]) -> list[ListedGroup]:
+        states = {s.lower() for s in states_filter}
+        types = {t.lower() for t in types_filter}
+        out = []
+        for group in self.groups.values():
+            if states and group.state.value.lower() not in states:
+                continue
+            if types and CLASSIC_GROUP_TYPE not in types:
+                continue
+            out.append(ListedGroup(group.group_id, group.protocol_type or "", group.state.value, CLASSIC_GROUP_TYPE))
+        return out
+
+    def describe_group(self, group_id: str) -> DescribedGroup:
+        group = self.groups.get(group_id)
+        if group is None or group.is_in(GroupState.DEAD):
+            return DescribedGroup(Errors.NONE, group_id, GroupState.DEAD.value, "", "", [])
+        if group.is_in(GroupState.STABLE):
+            members = [
+                DescribedMember(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                                m.metadata(group.protocol_name), m.assignment)
+                for m in group.members.values()
+            ]
+            protocol_data = group.protocol_name or ""
+        else:
+            members = [
+                DescribedMember(m.member_id, m.group_instance_id, m.client_id, m.client_host, b"", b"")
+                for m in group.members.values()
+            ]
+            protocol_data = ""
+        return DescribedGroup(Errors.NONE, group_id, group.state.value, group.protocol_type or "", protocol_data,
+                              members)
+
+    # ------------------------------------------------------------------------------------------
+    # Offset expiration and group cleanup (reference §5.1)
+    # ------------------------------------------------------------------------------------------
+    def schedule_expiration(self) -> None:
+        self._schedule(EXPIRATION_KEY, self.config.offsets_retention_check_interval_ms, self.cleanup_group_metadata)
+
+    def cleanup_group_metadata(self) -> None:
+        now = self.now_ms()
+        retention = self.config.offsets_retention_ms
+        records = []
+        removed = []
+        for group_id, group in list(self.groups.items()):
+            all_expired = True
+            by_tp = self.state.offsets.get(group_id)
+            if by_tp is not None:
+                base = _expiration_base(group)
+                if base is None:
+                    continue  # never expire while rebalancing (KAFKA-13636) or with unknown subscriptions
+                for (topic, partition), value in list(by_tp.items()):
+                    if not group.is_subscribed_to_topic(topic) and _expired(value, base, now, retention):
+                        records.append(new_offset_commit_tombstone_record(group_id, topic, partition))
+                    else:
+                        all_expired = False
+            if all_expired and group.is_in(GroupState.EMPTY):
+                records.append(new_group_metadata_tombstone_record(group_id))
+                removed.append(group)
+        if records:
+            self._write(records)
+        for group in removed:
+            self._remove_group(group)
+        self.schedule_expiration()
+
+    # ------------------------------------------------------------------------------------------
+    # Load / unload (reference §2.14, §4.3, §4.4)
+    # ------------------------------------------------------------------------------------------
+    def on_loaded(self) -> None:
+        """Materialize groups from the replayed durable state and arm their timers, as Kafka's
+        ``onLoaded``: loaded groups are Stable (with members) or Empty; every member gets a fresh
+        session timer; a group over ``group.max.size`` rebalances."""
+        for group_id in list(self.state.groups) + [g for g in self.state.offsets if g not in self.state.groups]:
+            self._materialize_group(group_id)
+        self.schedule_expiration()
+
+    def _materialize_group(self, group_id: str) -> None:
+        value = self.state.groups.get(group_id)
+        if value is None:
+            group = ClassicGroup(group_id, self.now_ms)
+        else:
+            group = ClassicGroup.from_metadata_value(group_id, value, self.now_ms)
+        self.groups[group_id] = group
+        for member in group.members.values():
+            self._reschedule_heartbeat(group, member)
+        if group.num_members > self.config.group_max_size:
+            self._prepare_rebalance(group)
+
+    def on_unloaded(self) -> None:
+        """Every group becomes Dead; parked joins/syncs are answered ``NOT_COORDINATOR``."""
+        for group in self.groups.values():
+            group.transition_to(GroupState.DEAD)
+            if group.previous_state is GroupState.PREPARING_REBALANCE:
+                for member in list(group.members.values()):
+                    group.complete_join(member, JoinGroupResponse(Errors.NOT_COORDINATOR, member_id=member.member_id))
+            elif group.previous_state in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE):
+                for member in list(group.members.values()):
+                    group.complete_sync(member, SyncGroupResponse(Errors.NOT_COORDINATOR))
+        self.timers.cancel_all()
+
+
+def _partition_offset(value: OffsetCommitValue) -> PartitionOffset:
+    return PartitionOffset(value.offset, value.leader_epoch, value.metadata, Errors.NONE)
+
+
+def _expiration_base(group: ClassicGroup):
+    """Kafka's ``offsetExpirationCondition``: a function giving the base timestamp, or None."""
+    if group.protocol_type:
+        if group.is_in(GroupState.EMPTY):
+            state_ts = group.state_timestamp_ms
+            return lambda v: state_ts if state_ts is not None else v.commit_timestamp_ms
+        if group.uses_consumer_protocol() and group.subscribed_topics is not None and group.is_in(GroupState.STABLE):
+            return lambda v: v.commit_timestamp_ms
+        return None
+    return lambda v: v.commit_timestamp_ms
+
+
+def _expired(value: OffsetCommitValue, base, now: int, retention_ms: int) -> bool:
+    if value.expire_timestamp_ms is not None:
+        return now >= value.expire_timestamp_ms
+    return now - base(value) >= retention_ms
