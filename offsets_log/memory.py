@@ -9,28 +9,44 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from offsets_log.batch import Batch
-from offsets_log.errors import NonMonotonicAppendError, StaleEpochError
+from offsets_log.codec import encode_batch
+from offsets_log.epochs import EpochEndOffset, LeaderEpochCache
+from offsets_log.errors import NonMonotonicAppendError, OffsetOutOfRangeError, StaleEpochError
 
 
 class InMemoryLog:
     def __init__(self) -> None:
         self._batches: list[Batch] = []
+        self._sizes: list[int] = []
         self._log_end_offset = 0
-        self._latest_epoch = -1
+        self._epochs = LeaderEpochCache()
 
     @property
     def log_end_offset(self) -> int:
         return self._log_end_offset
 
     @property
+    def log_start_offset(self) -> int:
+        return 0
+
+    @property
     def latest_epoch(self) -> int:
-        return self._latest_epoch
+        return self._epochs.latest_epoch
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(self._sizes)
+
+    @property
+    def bytes_dropped(self) -> int:
+        return 0
 
     def append(self, batch: Batch, expected_leader_epoch: int) -> int:
-        if expected_leader_epoch < self._latest_epoch or batch.leader_epoch != expected_leader_epoch:
+        latest = self._epochs.latest_epoch
+        if expected_leader_epoch < latest or batch.leader_epoch != expected_leader_epoch:
             raise StaleEpochError(
                 f"append with leader epoch {expected_leader_epoch} refused: this log has seen epoch "
-                f"{self._latest_epoch} (batch epoch {batch.leader_epoch})"
+                f"{latest} (batch epoch {batch.leader_epoch})"
             )
         if batch.base_offset != self._log_end_offset:
             raise NonMonotonicAppendError(
@@ -38,8 +54,10 @@ class InMemoryLog:
             )
         if not batch.records:
             raise ValueError("an empty batch cannot be appended")
+        size = len(encode_batch(batch))  # also refuses records the file log could not store
         self._batches.append(batch)
-        self._latest_epoch = batch.leader_epoch
+        self._sizes.append(size)
+        self._epochs.assign(batch.leader_epoch, batch.base_offset)
         self._log_end_offset = batch.next_offset
         return batch.last_offset
 
@@ -48,13 +66,36 @@ class InMemoryLog:
             if batch.next_offset > from_offset:
                 yield batch
 
+    def read(self, from_offset: int, max_bytes: int) -> list[Batch]:
+        """Batches from the one holding ``from_offset``, at most ``max_bytes`` of frames (at least one batch)."""
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
+            raise ValueError(f"max_bytes must be an int >= 1, got {max_bytes!r}")
+        if not 0 <= from_offset <= self._log_end_offset:
+            raise OffsetOutOfRangeError(f"offset {from_offset} is outside the log [0, {self._log_end_offset}]")
+        out: list[Batch] = []
+        total = 0
+        for batch, size in zip(self._batches, self._sizes, strict=True):
+            if batch.next_offset <= from_offset:
+                continue
+            if out and total + size > max_bytes:
+                break
+            out.append(batch)
+            total += size
+        return out
+
+    def end_offset_for_epoch(self, epoch: int) -> EpochEndOffset:
+        return self._epochs.end_offset_for(epoch, self._log_end_offset)
+
     def truncate_to(self, offset: int) -> None:
-        kept = [b for b in self._batches if b.next_offset <= offset]
-        if kept and kept[-1].next_offset != offset and offset < self._log_end_offset:
+        if not 0 <= offset <= self._log_end_offset:
+            raise OffsetOutOfRangeError(f"cannot truncate to {offset}: outside the log [0, {self._log_end_offset}]")
+        n = sum(1 for b in self._batches if b.next_offset <= offset)
+        if offset != (self._batches[n - 1].next_offset if n else 0):
             raise ValueError(f"offset {offset} is inside a batch; truncate at a batch boundary")
-        self._batches = kept
-        self._log_end_offset = kept[-1].next_offset if kept else 0
-        self._latest_epoch = kept[-1].leader_epoch if kept else -1
+        del self._batches[n:]
+        del self._sizes[n:]
+        self._log_end_offset = offset
+        self._epochs.truncate_from_end(offset)
 
     def close(self) -> None:
         pass

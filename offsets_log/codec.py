@@ -1,0 +1,268 @@
+"""Batch codec: ``[length][crc32][msgpack payload]`` frames carrying versioned coordinator records.
+
+Frame layout (big-endian)::
+
+    uint32 length        number of payload bytes
+    uint32 crc32         zlib CRC-32 of the 4 length bytes followed by the payload
+    payload              msgpack array, see below
+
+Payload (format 1), a msgpack array of 8 elements::
+
+    [1, base_offset, leader_epoch, timestamp_ms, record_count, flags, groups, records]
+
+* ``flags`` bit 0 (``FLAG_TOMBSTONES``): at least one record is a tombstone.
+* ``groups``: the distinct group ids that have a non-tombstone record in this batch (the loader uses it
+  to follow group re-creation after a group tombstone without decoding keys).
+* ``records``: a flat array ``[key0, value0, key1, value1, ...]``. A key is the msgpack encoding of
+  ``[type_id, *key fields]`` stored as a msgpack ``bin`` (as Kafka compacts by serialized key bytes,
+  equal keys have equal bytes, which lets the loader resolve last-write-wins per key without building
+  any key object). A value is ``[value_version, *fields]`` or ``nil`` for a tombstone.
+
+Value versions (a record type that gains a field gets a new version; older versions decode with the
+field's default):
+
+* OffsetCommit (type 1): v0 ``[offset, leader_epoch, metadata, commit_timestamp_ms]``,
+  v1 = v0 + ``expire_timestamp_ms`` (written only when it is set, as Kafka does).
+* GroupMetadata (type 2): v0 ``[protocol_type, generation, protocol, leader,
+  current_state_timestamp_ms, members]``, a member being ``[member_id, group_instance_id, client_id,
+  client_host, rebalance_timeout_ms, session_timeout_ms, subscription, assignment]``.
+
+Guarantees: ``decode_payload(encode_batch(b)[8:]) == b`` for every batch of supported records; a frame
+whose bytes changed fails its CRC. Not guaranteed: detecting a frame replaced by another valid frame.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Iterable
+
+import msgpack
+
+from coordinator.records import (
+    GROUP_METADATA_KEY_TYPE,
+    OFFSET_COMMIT_KEY_TYPE,
+    GroupMetadataKey,
+    GroupMetadataValue,
+    MemberMetadata,
+    OffsetCommitKey,
+    OffsetCommitValue,
+)
+from offsets_log.batch import Batch
+from offsets_log.errors import LogError
+
+FORMAT = 1
+FLAG_TOMBSTONES = 1
+HEADER = struct.Struct(">II")
+HEADER_BYTES = HEADER.size
+LENGTH = struct.Struct(">I")
+# Every payload starts with a fixarray(8) marker followed by the format byte; recovery searches for it.
+PAYLOAD_MAGIC = b"\x98" + bytes([FORMAT])
+MIN_PAYLOAD_BYTES = 10
+MAX_BATCH_BYTES = 1 << 30
+
+OFFSET_COMMIT_VALUE_VERSIONS = {0: 4, 1: 5}  # version -> number of fields
+GROUP_METADATA_VALUE_VERSIONS = {0: 6}
+MEMBER_FIELDS = 8
+
+_packer = msgpack.Packer(use_bin_type=True, autoreset=True)
+_pack = _packer.pack
+
+
+class RecordFormatError(LogError):
+    """A record that this codec cannot encode or decode (unknown type, newer version, wrong shape)."""
+
+
+# ---------------------------------------------------------------------------------------------- keys
+
+
+def encode_key(key) -> bytes:
+    t = type(key)
+    if t is OffsetCommitKey:
+        return _pack((OFFSET_COMMIT_KEY_TYPE, key.group, key.topic, key.partition))
+    if t is GroupMetadataKey:
+        return _pack((GROUP_METADATA_KEY_TYPE, key.group))
+    raise RecordFormatError(f"cannot encode a record key of type {t.__name__}")
+
+
+def decode_key_fields(raw: bytes) -> tuple:
+    """The ``(type_id, *fields)`` tuple of an encoded key."""
+    fields = msgpack.unpackb(raw, use_list=False)
+    if not isinstance(fields, tuple) or not fields:
+        raise RecordFormatError(f"malformed record key {raw!r}")
+    return fields
+
+
+def decode_key(raw: bytes):
+    fields = decode_key_fields(raw)
+    type_id = fields[0]
+    if type_id == OFFSET_COMMIT_KEY_TYPE and len(fields) == 4:
+        return OffsetCommitKey(fields[1], fields[2], fields[3])
+    if type_id == GROUP_METADATA_KEY_TYPE and len(fields) == 2:
+        return GroupMetadataKey(fields[1])
+    raise RecordFormatError(f"unknown record type {type_id} (key {fields!r}); written by a newer version?")
+
+
+# -------------------------------------------------------------------------------------------- values
+
+
+def encode_value(key, value) -> tuple | None:
+    if value is None:
+        return None
+    t = type(value)
+    if t is OffsetCommitValue and type(key) is OffsetCommitKey:
+        if value.expire_timestamp_ms is None:
+            return (0, value.offset, value.leader_epoch, value.metadata, value.commit_timestamp_ms)
+        return (
+            1,
+            value.offset,
+            value.leader_epoch,
+            value.metadata,
+            value.commit_timestamp_ms,
+            value.expire_timestamp_ms,
+        )
+    if t is GroupMetadataValue and type(key) is GroupMetadataKey:
+        members = tuple(
+            (
+                m.member_id,
+                m.group_instance_id,
+                m.client_id,
+                m.client_host,
+                m.rebalance_timeout_ms,
+                m.session_timeout_ms,
+                bytes(m.subscription),
+                bytes(m.assignment),
+            )
+            for m in value.members
+        )
+        return (
+            0,
+            value.protocol_type,
+            value.generation,
+            value.protocol,
+            value.leader,
+            value.current_state_timestamp_ms,
+            members,
+        )
+    raise RecordFormatError(f"cannot encode a {t.__name__} value under a {type(key).__name__}")
+
+
+def _check_version(name: str, versions: dict[int, int], raw) -> None:
+    if type(raw) is not tuple or not raw:
+        raise RecordFormatError(f"malformed {name} value {raw!r}")
+    n = versions.get(raw[0])
+    if n is None:
+        raise RecordFormatError(
+            f"{name} value version {raw[0]!r} is not supported by this reader (known: {sorted(versions)}); "
+            f"the log was written by a newer version"
+        )
+    if len(raw) != n + 1:
+        raise RecordFormatError(f"{name} value version {raw[0]} needs {n} fields, got {len(raw) - 1}")
+
+
+def decode_offset_commit_value(raw) -> OffsetCommitValue:
+    if type(raw) is tuple and raw and raw[0] in OFFSET_COMMIT_VALUE_VERSIONS and len(raw) in (5, 6):
+        # v0 lacks expire_timestamp_ms: the dataclass default (None) fills it.
+        return OffsetCommitValue(*raw[1:])
+    _check_version("OffsetCommit", OFFSET_COMMIT_VALUE_VERSIONS, raw)
+    raise RecordFormatError(f"malformed OffsetCommit value {raw!r}")  # pragma: no cover
+
+
+def decode_group_metadata_value(raw) -> GroupMetadataValue:
+    _check_version("GroupMetadata", GROUP_METADATA_VALUE_VERSIONS, raw)
+    members = []
+    for m in raw[6]:
+        if len(m) != MEMBER_FIELDS:
+            raise RecordFormatError(f"malformed group member {m!r}")
+        members.append(MemberMetadata(*m))
+    return GroupMetadataValue(raw[1], raw[2], raw[3], raw[4], raw[5], tuple(members))
+
+
+def decode_value(type_id: int, raw):
+    if raw is None:
+        return None
+    if type_id == OFFSET_COMMIT_KEY_TYPE:
+        return decode_offset_commit_value(raw)
+    if type_id == GROUP_METADATA_KEY_TYPE:
+        return decode_group_metadata_value(raw)
+    raise RecordFormatError(f"unknown record type {type_id}")
+
+
+# ------------------------------------------------------------------------------------------- batches
+
+
+def encode_records(records: Iterable) -> tuple[list, list, int]:
+    """``(flat, groups, flags)`` for the payload; raises ``RecordFormatError`` before any I/O."""
+    flat: list = []
+    groups: dict[str, None] = {}
+    flags = 0
+    for record in records:
+        key, value = record
+        flat.append(encode_key(key))
+        flat.append(encode_value(key, value))
+        if value is None:
+            flags |= FLAG_TOMBSTONES
+        else:
+            groups[key.group] = None
+    return flat, list(groups), flags
+
+
+def encode_payload(batch: Batch) -> bytes:
+    flat, groups, flags = encode_records(batch.records)
+    return _pack(
+        (FORMAT, batch.base_offset, batch.leader_epoch, batch.timestamp_ms, len(batch.records), flags, groups, flat)
+    )
+
+
+def frame(payload: bytes) -> bytes:
+    if len(payload) > MAX_BATCH_BYTES:
+        raise RecordFormatError(f"batch of {len(payload)} bytes exceeds the limit of {MAX_BATCH_BYTES} bytes")
+    length = LENGTH.pack(len(payload))
+    return length + LENGTH.pack(zlib.crc32(payload, zlib.crc32(length))) + payload
+
+
+def encode_batch(batch: Batch) -> bytes:
+    """The complete frame of ``batch``."""
+    return frame(encode_payload(batch))
+
+
+def frame_crc_ok(buf, pos: int, length: int, crc: int) -> bool:
+    mv = memoryview(buf)
+    return zlib.crc32(mv[pos + HEADER_BYTES : pos + HEADER_BYTES + length], zlib.crc32(mv[pos : pos + 4])) == crc
+
+
+def unpack_payload(payload) -> tuple:
+    """The raw payload tuple; raises ``RecordFormatError`` if it is not a format-1 payload."""
+    try:
+        p = msgpack.unpackb(payload, use_list=False)
+    except Exception as e:  # msgpack raises several unrelated exception types
+        raise RecordFormatError(f"undecodable batch payload: {e}") from e
+    if type(p) is not tuple or len(p) != 8 or p[0] != FORMAT:
+        raise RecordFormatError("batch payload is not a format-1 batch")
+    if len(p[7]) != 2 * p[4] or p[4] < 1:
+        raise RecordFormatError(f"batch claims {p[4]} records but carries {len(p[7]) // 2}")
+    return p
+
+
+def batch_from_raw(p: tuple) -> Batch:
+    flat = p[7]
+    records = []
+    for i in range(0, len(flat), 2):
+        key = decode_key(flat[i])
+        type_id = OFFSET_COMMIT_KEY_TYPE if type(key) is OffsetCommitKey else GROUP_METADATA_KEY_TYPE
+        records.append((key, decode_value(type_id, flat[i + 1])))
+    return Batch(p[1], p[2], p[3], tuple(records))
+
+
+def decode_payload(payload) -> Batch:
+    return batch_from_raw(unpack_payload(payload))
+
+
+def decode_frame(data) -> Batch:
+    """Decode one complete frame (header + payload), verifying its CRC."""
+    if len(data) < HEADER_BYTES:
+        raise RecordFormatError("frame shorter than its header")
+    length, crc = HEADER.unpack_from(data, 0)
+    if len(data) != HEADER_BYTES + length or not frame_crc_ok(data, 0, length, crc):
+        raise RecordFormatError("frame length or CRC mismatch")
+    return decode_payload(memoryview(data)[HEADER_BYTES:])

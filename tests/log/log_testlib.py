@@ -1,0 +1,90 @@
+"""Shared hypothesis strategies and helpers for the offsets-log tests."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from coordinator.records import (
+    GroupMetadataKey,
+    GroupMetadataValue,
+    MemberMetadata,
+    OffsetCommitKey,
+    OffsetCommitValue,
+)
+from coordinator.state import DurableState
+from offsets_log.batch import Batch
+
+GROUPS = st.sampled_from(["g0", "g1", "g2", "grüße-😀"])
+TOPICS = st.sampled_from(["t0", "t1"])
+PARTITIONS = st.integers(0, 2)
+SMALL_TEXT = st.text(max_size=6)
+INT64 = st.integers(-(2**63), 2**63 - 1)
+
+offset_commit_values = st.builds(
+    OffsetCommitValue,
+    offset=st.integers(0, 2**40),
+    leader_epoch=st.integers(-1, 100),
+    metadata=SMALL_TEXT,
+    commit_timestamp_ms=st.integers(0, 2**45),
+    expire_timestamp_ms=st.none() | st.integers(0, 2**45),
+)
+members = st.builds(
+    MemberMetadata,
+    member_id=SMALL_TEXT,
+    group_instance_id=st.none() | SMALL_TEXT,
+    client_id=SMALL_TEXT,
+    client_host=SMALL_TEXT,
+    rebalance_timeout_ms=st.integers(0, 2**31 - 1),
+    session_timeout_ms=st.integers(0, 2**31 - 1),
+    subscription=st.binary(max_size=8),
+    assignment=st.binary(max_size=8),
+)
+group_metadata_values = st.builds(
+    GroupMetadataValue,
+    protocol_type=st.sampled_from(["", "consumer"]),
+    generation=st.integers(0, 1000),
+    protocol=st.none() | st.sampled_from(["range", "roundrobin"]),
+    leader=st.none() | SMALL_TEXT,
+    current_state_timestamp_ms=st.integers(-1, 2**45),
+    members=st.lists(members, max_size=3).map(tuple),
+)
+
+offset_commit_records = st.tuples(
+    st.builds(OffsetCommitKey, GROUPS, TOPICS, PARTITIONS), st.none() | offset_commit_values
+)
+group_metadata_records = st.tuples(st.builds(GroupMetadataKey, GROUPS), st.none() | group_metadata_values)
+records = st.one_of(offset_commit_records, offset_commit_records, group_metadata_records)
+record_lists = st.lists(st.lists(records, min_size=1, max_size=6), min_size=0, max_size=25)
+
+
+def make_batches(record_lists, epochs=None, start_offset: int = 0, timestamp_ms: int = 1_000) -> list[Batch]:
+    """Contiguous batches from a list of record lists; ``epochs`` (non-decreasing) defaults to all 0."""
+    out = []
+    offset = start_offset
+    for i, recs in enumerate(record_lists):
+        epoch = epochs[i] if epochs is not None else 0
+        b = Batch(offset, epoch, timestamp_ms + i, tuple(recs))
+        out.append(b)
+        offset = b.next_offset
+    return out
+
+
+def append_all(log, batches) -> None:
+    for b in batches:
+        log.append(b, b.leader_epoch)
+
+
+def sequential_state(batches) -> DurableState:
+    state = DurableState()
+    for b in batches:
+        for key, value in b.records:
+            state.replay(key, value)
+    return state
+
+
+def simple_batches(n: int, per_batch: int = 1, epoch: int = 0) -> list[Batch]:
+    recs = [
+        [(OffsetCommitKey(f"g{i % 3}", "t", j), OffsetCommitValue(i * 10 + j, 1, "m", 1000 + i)) for j in range(per_batch)]
+        for i in range(n)
+    ]
+    return make_batches(recs, [epoch] * n)
