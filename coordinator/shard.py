@@ -162,7 +162,12 @@ class GroupCoordinatorShard(OffsetsMixin):
             self._join_new_member(req, group, respond)
         else:
             self._join_existing_member(req, group, respond)
-        if is_new_group and len(self._op_records) == records_before:
+        rejected = respond.done and respond.value.error not in (Errors.NONE, Errors.MEMBER_ID_REQUIRED)
+        if is_new_group and rejected:
+            # Kafka would still persist the new empty group here; bad input must change nothing, so a
+            # group created only by a rejected JoinGroup is dropped instead.
+            self._drop_group(req.group_id)
+        elif is_new_group and len(self._op_records) == records_before:
             # Kafka's new coordinator persists a freshly created group at once (generation 0, no
             # protocol type) so that the group exists in the log; if that write fails the group is
             # reverted and the join answered with the mapped error.

@@ -1,0 +1,141 @@
+"""Bad input through the public API: clean errors (an Errors code, or TypeError/ValueError naming the
+field), and nothing changes (issue 2, Part 2 "Bad input")."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from coordinator.config import CoordinatorConfig
+from raygroups import Errors
+from tests.unit.helpers import GROUP, Ctx
+
+anything = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True),
+    st.text(max_size=5),
+    st.binary(max_size=5),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.text(max_size=2), st.integers(), max_size=2),
+    st.tuples(st.text(max_size=2), st.integers()),
+)
+
+
+def _snapshot(ctx: Ctx):
+    return (ctx.records(), ctx.coord.durable_state_for_testing(0).copy(), ctx.state())
+
+
+def _stable_ctx():
+    ctx = Ctx()
+    gen, members, leader = ctx.stable_group(2)
+    ctx.commit({("t", 0): (1, "")}, generation_id=gen, member_id=leader)
+    return ctx, gen, members, leader
+
+
+CALLS = {
+    "join_group": dict(group_id=GROUP, member_id="", protocol_type="consumer", protocols=[("range", b"m")],
+                       session_timeout_ms=10_000, rebalance_timeout_ms=10_000),
+    "sync_group": dict(group_id=GROUP, generation_id=1, member_id="x", assignments={}),
+    "heartbeat": dict(group_id=GROUP, generation_id=1, member_id="x"),
+    "leave_group": dict(group_id=GROUP, members=[("x", None)]),
+    "commit_offsets": dict(group_id=GROUP, offsets={("t", 0): (5, "")}, generation_id=1, member_id="x"),
+    "fetch_offsets": dict(group_id=GROUP, partitions=[("t", 0)]),
+    "delete_offsets": dict(group_id=GROUP, partitions=[("t", 0)]),
+}
+
+
+@settings(max_examples=300, deadline=None)
+@given(call=st.sampled_from(sorted(CALLS)), data=st.data())
+def test_fuzzed_arguments_give_clean_errors_and_change_nothing(call, data):
+    ctx = Ctx()
+    gen, members, leader = ctx.stable_group(2)
+    ctx.commit({("t", 0): (1, "")}, generation_id=gen, member_id=leader)
+    kwargs = dict(CALLS[call])
+    field = data.draw(st.sampled_from(sorted(kwargs)))
+    kwargs[field] = data.draw(anything)
+    before = _snapshot(ctx)
+    try:
+        future = getattr(ctx.coord, call)(**kwargs)
+    except (TypeError, ValueError) as e:
+        assert str(e), "errors must say what is wrong"
+        assert _snapshot(ctx) == before
+        return
+    result = future.result(timeout=0)
+    errors = [getattr(result, "error", None)] + list(getattr(result, "errors", {}).values())
+    assert all(isinstance(e, Errors) for e in errors if e is not None)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "needle"),
+    [
+        (dict(session_timeout_ms="10"), TypeError, "session_timeout_ms"),
+        (dict(session_timeout_ms=2**31), ValueError, "session_timeout_ms"),
+        (dict(protocols="range"), TypeError, "protocols"),
+        (dict(protocols=[("range", "not-bytes")]), TypeError, "metadata"),
+        (dict(protocols=[("range", b"x" * 2_000_000)]), ValueError, "message.max.bytes"),
+        (dict(group_instance_id=""), ValueError, "group_instance_id"),
+        (dict(group_instance_id="bad id!"), ValueError, "group_instance_id"),
+        (dict(member_id=None), TypeError, "member_id"),
+        (dict(group_id=7), TypeError, "group_id"),
+    ],
+)
+def test_join_group_rejects_unencodable_values(kwargs, exc, needle):
+    ctx = Ctx()
+    args = dict(CALLS["join_group"])
+    args.update(kwargs)
+    with pytest.raises(exc, match=needle):
+        ctx.coord.join_group(**args)
+    assert ctx.records() == [] and ctx.state() is None
+
+
+def test_commit_rejects_negative_partition_and_changes_nothing():
+    ctx, gen, members, leader = _stable_ctx()
+    before = _snapshot(ctx)
+    with pytest.raises(ValueError, match="partition"):
+        ctx.commit({("t", -1): (5, "")}, generation_id=gen, member_id=leader)
+    with pytest.raises(TypeError, match="offsets"):
+        ctx.commit({"t": (5, "")}, generation_id=gen, member_id=leader)
+    with pytest.raises(ValueError, match="offset"):
+        ctx.commit({("t", 0): (2**63, "")}, generation_id=gen, member_id=leader)
+    assert _snapshot(ctx) == before
+
+
+def test_kafka_coded_bad_values_answer_codes_not_exceptions():
+    ctx = Ctx(config={"group.min.session.timeout.ms": 100})
+    r = ctx.join(session_timeout_ms=99).result(timeout=0)
+    assert r.error is Errors.INVALID_SESSION_TIMEOUT
+    assert ctx.coord.join_group(**{**CALLS["join_group"], "group_id": None}).result(0).error is Errors.INVALID_GROUP_ID
+    assert ctx.coord.join_group(**{**CALLS["join_group"], "group_id": ""}).result(0).error is Errors.INVALID_GROUP_ID
+    assert ctx.join(protocol_type="").result(timeout=0).error is Errors.INCONSISTENT_GROUP_PROTOCOL
+    assert ctx.join(protocols=[]).result(timeout=0).error is Errors.INCONSISTENT_GROUP_PROTOCOL
+    assert ctx.records() == []
+
+
+@pytest.mark.parametrize(
+    ("props", "exc", "needle"),
+    [
+        ({"group.max.size": 0}, ValueError, "group.max.size"),
+        ({"group.max.size": "4"}, TypeError, "group.max.size"),
+        ({"no.such.property": 1}, ValueError, "no.such.property"),
+        ({"offsets.topic.segment.bytes": 1023}, ValueError, "1024"),
+        ({"group.min.session.timeout.ms": 10, "group.max.session.timeout.ms": 5}, ValueError, "group.min.session"),
+    ],
+)
+def test_config_validation_names_the_property_and_limit(props, exc, needle):
+    with pytest.raises(exc, match=needle):
+        CoordinatorConfig.from_properties(props)
+
+
+def test_config_defaults_are_kafkas():
+    c = CoordinatorConfig.from_properties({})
+    assert c.offsets_topic_num_partitions == 50
+    assert c.group_min_session_timeout_ms == 6_000
+    assert c.group_max_session_timeout_ms == 1_800_000
+    assert c.group_initial_rebalance_delay_ms == 3_000
+    assert c.group_max_size == 2**31 - 1
+    assert c.offsets_retention_ms == 7 * 24 * 3600 * 1000
+    assert c.offset_metadata_max_bytes == 4096
+    assert CoordinatorConfig.from_properties(c.to_properties()) == c
