@@ -1,0 +1,54 @@
+"""Import direction (DESIGN.md "Layout"): coordinator <- offsets_log <- actors/placement <- raygroups,
+and the core is pure: no Ray, Spark, clocks, threads, randomness, sockets or file I/O."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+# What the pure core may import besides itself: computation-only standard library modules.
+CORE_ALLOWED = {
+    "__future__", "abc", "bisect", "collections", "dataclasses", "enum", "functools", "heapq", "itertools",
+    "math", "operator", "re", "struct", "typing", "coordinator",
+}
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+def test_core_imports_only_pure_standard_library():
+    offenders = {}
+    for path in sorted((ROOT / "coordinator").rglob("*.py")):
+        bad = _imports(path) - CORE_ALLOWED
+        if bad:
+            offenders[str(path.relative_to(ROOT))] = sorted(bad)
+    assert offenders == {}
+
+
+def test_lower_layers_do_not_import_higher_ones():
+    higher = {"offsets_log": {"actors", "placement", "raygroups"}, "coordinator": {"offsets_log", "actors",
+              "placement", "raygroups"}}
+    offenders = {}
+    for package, forbidden in higher.items():
+        for path in sorted((ROOT / package).rglob("*.py")):
+            bad = _imports(path) & forbidden
+            if bad:
+                offenders[str(path.relative_to(ROOT))] = sorted(bad)
+    assert offenders == {}
+
+
+def test_import_linter_contracts_hold():
+    lint = Path(sys.executable).with_name("lint-imports")
+    result = subprocess.run([str(lint)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
