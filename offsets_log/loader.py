@@ -125,7 +125,7 @@ def _replay_batch_in_order(flat: tuple, last: dict, tombed: dict[str, bool], hid
         group = fields[1]
         if type_id == OFFSET_COMMIT_KEY_TYPE:
             if value is None:
-                if group not in tombed and last.get(kb) is not None:
+                if last.get(kb) is not None:
                     hidden.add(group)
             elif group in tombed:
                 tombed[group] = True

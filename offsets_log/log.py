@@ -272,19 +272,20 @@ class FileLog:
         old = self._segments[-1]
         new_path = os.path.join(self.directory, segment_name(old.next_offset))
         created = False
+        fd = -1
+        # The new segment exists before the old one gets its index: on open, an index on the last segment
+        # therefore proves that a later segment was lost.
         try:
             if self._unsynced:
                 self._fsync(self._active_fd)
                 self._unsynced = False
-            old.index.write(os.path.join(self.directory, index_name(old.base_offset)), old.next_offset, old.size_bytes)
             fd = os.open(new_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
             created = True
-            try:
-                fsync_dir(self.directory)
-            except OSError:
-                os.close(fd)
-                raise
+            fsync_dir(self.directory)
+            old.index.write(os.path.join(self.directory, index_name(old.base_offset)), old.next_offset, old.size_bytes)
         except OSError as e:
+            if fd >= 0:
+                os.close(fd)
             if created:
                 try:
                     os.unlink(new_path)
@@ -394,10 +395,11 @@ class FileLog:
         try:
             os.close(self._active_fd)
             self._active_fd = -1
+            # Same order argument as in _roll: the segment that becomes last loses its index first.
+            self._unlink_if_exists(os.path.join(self.directory, index_name(seg.base_offset)))
             for later in reversed(self._segments[i + 1 :]):
                 self._unlink_if_exists(os.path.join(self.directory, index_name(later.base_offset)))
                 os.unlink(later.path)
-            self._unlink_if_exists(os.path.join(self.directory, index_name(seg.base_offset)))
             os.truncate(seg.path, pos)
             self._active_fd = os.open(seg.path, os.O_WRONLY | os.O_APPEND)
             self._fsync(self._active_fd)

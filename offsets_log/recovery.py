@@ -5,7 +5,8 @@ Rules (see ``segment.scan_segment`` for the per-frame ones):
 * the first segment must start at offset 0 and every segment must start where the previous one ended
   (taken from the previous segment's index footer, or from a scan when the index is missing or stale);
   otherwise a segment is missing -> ``CorruptLogError``;
-* an index file for a segment after the last one means that segment was lost -> ``CorruptLogError``;
+* an index file exists only for closed segments (the next segment is created before it), so an index for
+  the last segment, or for a segment after it, means a segment was lost -> ``CorruptLogError``;
 * only the last segment may have a torn tail; it is truncated to its last whole batch and reported;
 * the leader-epoch checkpoint drops entries past the log end and gains epochs found in the last segment
   (it may lag the log by one epoch change after a crash); it is rewritten only if that changed it.
@@ -64,12 +65,14 @@ def recover(log) -> None:
             None,
             f"the first segment starts at offset {bases[0]}, not 0: earlier segments are missing",
         )
-    stray = [b for b in index_bases if b > bases[-1]]
+    stray = [b for b in index_bases if b >= bases[-1]]
     if stray:
         raise CorruptLogError(
             os.path.join(directory, index_name(stray[0])),
             None,
-            f"index of segment {segment_name(stray[0])} exists but that segment is missing",
+            f"segment {segment_name(stray[0])} was closed (it has an index) but the segment after it is missing"
+            if stray[0] == bases[-1]
+            else f"index of segment {segment_name(stray[0])} exists but that segment is missing",
         )
     segments: list[Segment] = []
     expected = 0

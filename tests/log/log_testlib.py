@@ -88,3 +88,43 @@ def simple_batches(n: int, per_batch: int = 1, epoch: int = 0) -> list[Batch]:
         for i in range(n)
     ]
     return make_batches(recs, [epoch] * n)
+
+
+_WIDE_GROUPS = st.sampled_from([f"g{i}" for i in range(8)])
+_oc_keys = st.builds(OffsetCommitKey, _WIDE_GROUPS, TOPICS, st.integers(0, 1))
+_gm_keys = st.builds(GroupMetadataKey, _WIDE_GROUPS)
+# Mostly values, some tombstones: many batches take the loader's tombstone-free fast path.
+records_rare_tombstones = st.one_of(
+    st.tuples(_oc_keys, offset_commit_values),
+    st.tuples(_oc_keys, offset_commit_values),
+    st.tuples(_oc_keys, offset_commit_values),
+    st.tuples(_gm_keys, group_metadata_values),
+    st.tuples(_oc_keys, st.none()),
+    st.tuples(_gm_keys, st.none()),
+)
+histories = st.lists(st.lists(records_rare_tombstones, min_size=1, max_size=4), max_size=30)
+
+# One offset key per group: every interleaving of commit/tombstone/metadata per group shows up quickly.
+_narrow_oc_keys = st.builds(OffsetCommitKey, _WIDE_GROUPS, st.just("t"), st.just(0))
+narrow_histories = st.lists(
+    st.lists(
+        st.one_of(
+            st.tuples(_narrow_oc_keys, offset_commit_values),
+            st.tuples(_narrow_oc_keys, offset_commit_values),
+            st.tuples(_narrow_oc_keys, st.none()),
+            st.tuples(_gm_keys, group_metadata_values),
+            st.tuples(_gm_keys, st.none()),
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+    max_size=20,
+)
+offsets_only_histories = st.lists(
+    st.lists(
+        st.one_of(st.tuples(_narrow_oc_keys, offset_commit_values), st.tuples(_narrow_oc_keys, st.none())),
+        min_size=1,
+        max_size=3,
+    ),
+    max_size=20,
+)

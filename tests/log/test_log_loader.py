@@ -1,0 +1,109 @@
+"""The fast loader gives exactly the state of sequential ``DurableState.replay`` over the log."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from log_testlib import (
+    append_all,
+    histories,
+    make_batches,
+    narrow_histories,
+    offsets_only_histories,
+    record_lists,
+    sequential_state,
+)
+
+from coordinator.records import (
+    new_group_metadata_record,
+    new_group_metadata_tombstone_record,
+    new_offset_commit_record,
+    new_offset_commit_tombstone_record,
+)
+from coordinator.state import DurableState
+from offsets_log import InMemoryLog, LoadSummary, open_log, replay
+
+NO_FSYNC = {"fsync_for_testing": lambda fd: None}
+PROPS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def load(directory, batches, segment_bytes=1 << 20) -> tuple[DurableState, LoadSummary]:
+    with open_log(directory, segment_bytes=segment_bytes, **NO_FSYNC) as log:
+        append_all(log, batches)
+    with open_log(directory, segment_bytes=segment_bytes, **NO_FSYNC) as log:
+        state = DurableState()
+        return state, replay(log, state)
+
+
+@PROPS
+@given(recs=st.one_of(record_lists, histories, narrow_histories, offsets_only_histories), segment_bytes=st.integers(1024, 4096))
+def test_fast_loader_equals_sequential_replay(tmp_path_factory, recs, segment_bytes):
+    batches = make_batches(recs)
+    state, summary = load(tmp_path_factory.mktemp("p"), batches, segment_bytes)
+    assert state == sequential_state(batches)
+    assert summary.records == sum(len(b.records) for b in batches)
+
+
+oc = new_offset_commit_record
+oc_tomb = new_offset_commit_tombstone_record
+gm = new_group_metadata_record
+gm_tomb = new_group_metadata_tombstone_record
+
+
+@pytest.mark.parametrize(
+    "history",
+    [
+        # an offset committed before the group's tombstone survives without re-creating the group
+        [[oc("g", "t", 0, 1, -1, "", 1)], [gm_tomb("g")]],
+        # a commit later removed by its own tombstone still created the group
+        [[oc("g", "t", 0, 1, -1, "", 1)], [oc_tomb("g", "t", 0)]],
+        [[oc("g", "t", 0, 1, -1, "", 1), oc_tomb("g", "t", 0)]],
+        # a commit after the group tombstone, in a batch without tombstones, re-creates it
+        [[gm("g", "consumer", 3, "range", "m", 5)], [gm_tomb("g")], [oc("g", "t", 1, 2, -1, "", 1)]],
+        # ... and a second tombstone removes it again
+        [[gm_tomb("g")], [oc("g", "t", 1, 2, -1, "", 1)], [gm_tomb("g")]],
+        # created after the tombstone, then its offset tombstoned: the group stays
+        [[gm_tomb("g")], [oc("g", "t", 1, 2, -1, "", 1)], [oc_tomb("g", "t", 1)]],
+        # created before a group tombstone, offset tombstoned after it: no group
+        [[oc("g", "t", 1, 2, -1, "", 1)], [gm_tomb("g")], [oc_tomb("g", "t", 1)]],
+        # metadata after the commits wins
+        [[oc("g", "t", 1, 2, -1, "", 1)], [gm("g", "", 0, None, None, 7)]],
+    ],
+)
+def test_group_creation_corner_cases(tmp_path, history):
+    batches = make_batches(history)
+    state, _ = load(tmp_path / "p", batches)
+    assert state == sequential_state(batches)
+
+
+@settings(max_examples=20, deadline=None)
+@given(recs=record_lists)
+def test_other_logs_and_non_empty_states_fall_back_to_exact_sequential_replay(recs):
+    batches = make_batches(recs)
+    mem = InMemoryLog()
+    append_all(mem, batches)
+    state = DurableState()
+    assert replay(mem, state).records == sum(len(b.records) for b in batches)
+    assert state == sequential_state(batches)
+    pre = DurableState()
+    pre.replay(*gm("g0", "consumer", 1, "range", "x", 1))
+    expected = pre.copy()
+    for b in batches:
+        for k, v in b.records:
+            expected.replay(k, v)
+    replay(mem, pre)
+    assert pre == expected
+
+
+def test_summary_reports_bytes_and_dropped_tail(tmp_path):
+    batches = make_batches([[oc("g", "t", p, p, -1, "", 1)] for p in range(5)])
+    with open_log(tmp_path / "p", **NO_FSYNC) as log:
+        append_all(log, batches)
+        path = log.segment_paths()[0]
+        size = log.size_bytes
+    with open(path, "ab") as f:
+        f.write(b"\x00\x00\x01")
+    with open_log(tmp_path / "p") as log:
+        summary = replay(log, DurableState())
+    assert summary.records == 5 and summary.bytes == size and summary.bytes_dropped == 3
