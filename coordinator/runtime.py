@@ -2,11 +2,13 @@
 
 One ``PartitionContext`` per ``__consumer_offsets`` partition (INITIAL → LOADING → ACTIVE →
 CLOSED/FAILED, with a leader epoch), each with its ``GroupCoordinatorShard``. Every request and every
-timer expiry runs as one *operation*: the shard handler runs, the records it emitted (already replayed
-speculatively) are appended to the partition's log as one batch, and only then are the responses
-completed during the operation released. If the append fails, the records are undone, the
-operation's own response becomes Kafka's mapped error (§1.1) and its ``on_done`` callbacks run with
-that error. This module is pure: the log and the timers are injected; appends are synchronous here.
+timer expiry runs as one *operation*: the shard handler runs and the records it emitted (already
+replayed speculatively) join the partition's open batch. Group commit: one batch is appended at a time,
+operations arriving meanwhile form the next one; the responses an operation completed are released only
+when its batch and every earlier one are durable, so a read is answered after all earlier writes. If an
+append fails, that batch and everything applied after it are undone, their requests get Kafka's mapped
+error (§1.1) and their ``on_done`` callbacks run with it. This module is pure: the log, the timers and
+the driver (synchronous ``flush``, or the actor's asynchronous flusher) are injected.
 
 Guarantees: no response is released before every record it depends on is in the log; nothing in the
 log was ever reverted in memory (so replaying the log gives the live durable state).
@@ -44,8 +46,22 @@ class PartitionLog(Protocol):
     def append_records(self, records: list[Record], leader_epoch: int, timestamp_ms: int) -> int: ...
 
 
+class PendingOp:
+    """An operation whose records are not yet durable, with the responses it completed."""
+
+    __slots__ = ("records", "undo", "callbacks", "held", "respond", "error_response")
+
+    def __init__(self, records, undo, callbacks, held, respond, error_response) -> None:
+        self.records = records
+        self.undo = undo
+        self.callbacks = callbacks
+        self.held = held
+        self.respond = respond
+        self.error_response = error_response
+
+
 class PartitionContext:
-    __slots__ = ("partition", "state", "epoch", "shard", "log", "fail_next_append")
+    __slots__ = ("partition", "state", "epoch", "shard", "log", "fail_next_append", "pending", "inflight")
 
     def __init__(self, partition: int) -> None:
         self.partition = partition
@@ -54,6 +70,8 @@ class PartitionContext:
         self.shard: GroupCoordinatorShard | None = None
         self.log: Any = None
         self.fail_next_append: Errors | None = None
+        self.pending: list[PendingOp] = []  # the open batch
+        self.inflight: list[PendingOp] | None = None  # the batch being appended
 
 
 class CoordinatorRuntime:
@@ -64,14 +82,18 @@ class CoordinatorRuntime:
         clock: Clock,
         new_timers: Callable[[], Timers],
         new_member_id: Callable[[str], str],
-        append: Callable[[PartitionContext, list[Record]], None],
+        append: Callable[[PartitionContext, list[Record]], None] | None,
+        on_pending: Callable[[PartitionContext], None] | None = None,
     ) -> None:
         self.num_partitions = num_partitions
         self.config = config
         self.clock = clock
         self._new_timers = new_timers
         self._new_member_id = new_member_id
+        # Synchronous driver: ``append`` is called at once. Asynchronous driver (the shard actor):
+        # ``append`` is None and ``on_pending`` wakes its flusher, which uses seal/durable/failed.
         self._append = append
+        self._on_pending = on_pending
         self.contexts = [PartitionContext(p) for p in range(num_partitions)]
         self.active = True
         self.last_exception: Exception | None = None
@@ -121,36 +143,93 @@ class CoordinatorRuntime:
         respond: Deferred | None = None,
         error_response: Callable[[Errors], Any] | None = None,
     ) -> None:
-        """Run one operation on ``ctx``'s shard: handler, append, then release (or revert)."""
+        """Run one operation on ``ctx``'s shard. Its records join the open batch; its responses are
+        released when every earlier batch and its own are durable (a read waits for earlier writes)."""
         shard = ctx.shard
         held: list[tuple[Deferred, Callable[[Any], None], Any]] = []
         self._held.append(held)
-        error = Errors.NONE
+        crashed = False
         try:
             fn()
         except Exception as e:  # a bug or a broken invariant: Kafka answers UNKNOWN_SERVER_ERROR
-            error = Errors.UNKNOWN_SERVER_ERROR
+            crashed = True
             self.last_exception = e
+        finally:
+            self._held.pop()
         records, undo, callbacks = shard.take_operation()
-        if error is not Errors.NONE:
+        op = PendingOp(records, undo, callbacks, held, respond, error_response)
+        if crashed:
             shard.revert(undo)
-            callbacks = []
-        elif records:
-            try:
-                self._append(ctx, records)
-            except AppendError as e:
-                error = map_append_error(e.error)
-                shard.revert(undo)
-        self._held.pop()
-        for deferred, sink, value in held:
-            if deferred is respond and error is not Errors.NONE and error_response is not None:
-                # The operation answered its own request: on failure that answer is the error.
-                value = error_response(error)
+            op.callbacks = []
+            self._release(op, Errors.UNKNOWN_SERVER_ERROR)
+            return
+        if not records and not ctx.pending and not ctx.inflight:
+            self._release(op, Errors.NONE)  # nothing to wait for
+            return
+        ctx.pending.append(op)
+        if self._append is not None:
+            self.flush(ctx)
+        elif self._on_pending is not None:
+            self._on_pending(ctx)
+
+    def _release(self, op: PendingOp, error: Errors) -> None:
+        for deferred, sink, value in op.held:
+            if deferred is op.respond and error is not Errors.NONE and op.error_response is not None:
+                # The operation answered its own request: if its records were lost, the answer is the error.
+                value = op.error_response(error)
             sink(value)
-        if respond is not None and not respond.done and error is Errors.UNKNOWN_SERVER_ERROR:
-            respond.complete(error_response(error) if error_response else None)
-        for cb in callbacks:
-            self.execute(ctx, lambda cb=cb: cb(error))
+        if error is not Errors.NONE and op.respond is not None and not op.respond.done and op.error_response:
+            if error is Errors.UNKNOWN_SERVER_ERROR:
+                op.respond.complete(op.error_response(error))
+
+    # --- batches: the group-commit protocol shared by the synchronous and the actor drivers ------
+    def seal_batch(self, ctx: PartitionContext) -> tuple[list[Record], list[PendingOp]] | None:
+        """Close the open batch and mark it in flight; None if a batch is in flight or nothing is open."""
+        if ctx.inflight or not ctx.pending:
+            return None
+        ops, ctx.pending = ctx.pending, []
+        ctx.inflight = ops
+        return [r for op in ops for r in op.records], ops
+
+    def batch_durable(self, ctx: PartitionContext, ops: list[PendingOp]) -> None:
+        ctx.inflight = None
+        for op in ops:
+            self._release(op, Errors.NONE)
+        for op in ops:
+            for cb in op.callbacks:
+                self.execute(ctx, lambda cb=cb: cb(Errors.NONE))
+
+    def batch_failed(self, ctx: PartitionContext, ops: list[PendingOp], error: Errors) -> None:
+        """The batch was not appended: undo it and everything applied after it, answer their requests
+        with ``error`` (already mapped to the client error) and run their callbacks with it."""
+        later, ctx.pending = ctx.pending, []
+        ctx.inflight = None
+        failed = ops + later
+        if ctx.shard is not None:
+            for op in reversed(failed):
+                ctx.shard.revert(op.undo)
+        for op in failed:
+            self._release(op, error)
+        if ctx.shard is None:
+            return
+        for op in failed:
+            for cb in op.callbacks:
+                self.execute(ctx, lambda cb=cb: cb(error))
+
+    def flush(self, ctx: PartitionContext) -> None:
+        """Synchronous driver: append every open batch now."""
+        while True:
+            sealed = self.seal_batch(ctx)
+            if sealed is None:
+                return
+            records, ops = sealed
+            try:
+                if records:
+                    self._append(ctx, records)
+            except AppendError as e:
+                self.batch_failed(ctx, ops, map_append_error(e.error))
+                continue
+            self.batch_durable(ctx, ops)
 
     def run_timer(self, ctx: PartitionContext) -> Callable[[Callable[[], None]], None]:
         def run(fn: Callable[[], None]) -> None:

@@ -268,7 +268,9 @@ class ProtocolMachine(RuleBasedStateMachine):
         for group_id in GROUPS:
             value = state.groups.get(group_id)
             if group_id not in state.groups:
-                self.max_persisted_generation.pop(group_id, None)  # deleted: a new group may start at 0
+                # Deleted (DeleteGroups or expiration): a new group with this id starts again at 0.
+                self.max_persisted_generation.pop(group_id, None)
+                self.owners = {k: v for k, v in self.owners.items() if k[0] != group_id}
             elif value is not None:
                 assert value.generation >= self.max_persisted_generation.get(group_id, 0)
                 self.max_persisted_generation[group_id] = value.generation
