@@ -105,3 +105,31 @@ class Ctx:
 
     def assert_replay_matches(self, partition=0):
         assert self.coord.replayed_state_for_testing(partition) == self.coord.durable_state_for_testing(partition)
+
+
+# --- added for the offsets / admin / expiration / load tests ---------------------------------------
+def consumer_protocols(*topics, name="range"):
+    """JoinGroup protocols of a ``consumer`` member subscribed to ``topics`` (Kafka's binary Subscription),
+    so that the coordinator knows the group's subscribed topics."""
+    from coordinator.consumer_protocol import Subscription, encode_subscription
+
+    return ((name, encode_subscription(Subscription(topics=tuple(topics)))),)
+
+
+def offset_record(group, topic, partition, offset, commit_ms, leader_epoch=-1, metadata="", expire_ms=None):
+    """The (key, value) pair an OffsetCommit writes."""
+    from coordinator.records import new_offset_commit_record
+
+    return new_offset_commit_record(group, topic, partition, offset, leader_epoch, metadata, commit_ms, expire_ms)
+
+
+def offset_tombstone(group, topic, partition):
+    from coordinator.records import new_offset_commit_tombstone_record
+
+    return new_offset_commit_tombstone_record(group, topic, partition)
+
+
+def group_tombstone(group):
+    from coordinator.records import new_group_metadata_tombstone_record
+
+    return new_group_metadata_tombstone_record(group)
