@@ -6,12 +6,17 @@ test consumer logic: ``clock.advance(ms)`` fires session timeouts, delayed joins
 
 Guarantees: responses are released only after the records they depend on are in the partition's log
 (in memory, or in real files with ``log_dir``); two coordinators opened one after the other on the same
-``log_dir`` see the same durable state. Not thread-safe: drive it from one thread.
+``log_dir`` see the same durable state. Thread-safe: every call, and every timer fired by
+``clock.advance``, runs under one lock, so a consumer's heartbeat thread may call it concurrently.
+It also plays the part of a deployment for client code: ``client()`` returns itself and
+``create_topic``/``topics`` keep topic metadata (not validated here, as Kafka's coordinator does not).
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import threading
 import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
@@ -66,6 +71,15 @@ def _done(value: Any) -> Future:
     return f
 
 
+def _locked(method):
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return wrapper
+
+
 def _random_member_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4()}"
 
@@ -95,12 +109,14 @@ class InProcessCoordinator:
             owned = sorted(set(owned_partitions))
             for p in owned:
                 check_int("owned_partitions entry", p, 0, num_partitions - 1)
+        self._lock = threading.RLock()
+        self._topics: dict[str, int] = {}
         self._memory_logs: dict[int, InMemoryLog] = {}
         self._runtime = CoordinatorRuntime(
             num_partitions,
             self.config,
             self.clock,
-            self.clock.timers,
+            self._new_timers,
             member_id_generator or _random_member_id,
             self._append,
         )
@@ -111,6 +127,39 @@ class InProcessCoordinator:
     @property
     def num_partitions(self) -> int:
         return self._runtime.num_partitions
+
+    def _new_timers(self):
+        timers = self.clock.timers()
+        lock = self._lock
+        schedule = timers.schedule
+
+        def locked_schedule(key, delay_ms, callback):
+            def run():
+                with lock:
+                    callback()
+
+            schedule(key, delay_ms, run)
+
+        timers.schedule = locked_schedule
+        return timers
+
+    # ------------------------------------------------------------------------------------------
+    # Deployment-like conveniences for client code (Consumer, tests)
+    # ------------------------------------------------------------------------------------------
+    def client(self) -> InProcessCoordinator:
+        return self
+
+    @_locked
+    def create_topic(self, name: str, partitions: int) -> None:
+        check_type("name", name, str)
+        if not name:
+            raise ValueError("topic name must not be empty")
+        check_int("partitions", partitions, 1, 1_000_000)
+        self._topics[name] = partitions
+
+    @_locked
+    def topics(self) -> dict[str, int]:
+        return dict(self._topics)
 
     # ------------------------------------------------------------------------------------------
     # Logs
@@ -142,6 +191,7 @@ class InProcessCoordinator:
     # ------------------------------------------------------------------------------------------
     # Lifecycle
     # ------------------------------------------------------------------------------------------
+    @_locked
     def load(self, partition: int, leader_epoch: int) -> LoadSummary | None:
         """Become the coordinator of ``partition`` for ``leader_epoch`` by replaying its log."""
         check_int("partition", partition, 0, self.num_partitions - 1)
@@ -160,6 +210,7 @@ class InProcessCoordinator:
         self.last_load_summaries[partition] = summary
         return summary
 
+    @_locked
     def unload(self, partition: int, leader_epoch: int | None) -> None:
         """Resign ``partition``: groups become Dead, parked requests get NOT_COORDINATOR, the log closes."""
         check_int("partition", partition, 0, self.num_partitions - 1)
@@ -171,6 +222,7 @@ class InProcessCoordinator:
                 ctx.log.close()
             ctx.log = None
 
+    @_locked
     def close(self) -> None:
         for ctx in self._runtime.contexts:
             if ctx.state in (PartitionState.ACTIVE, PartitionState.LOADING):
@@ -192,6 +244,7 @@ class InProcessCoordinator:
         self._runtime.execute(ctx, lambda: fn(respond), respond, error_response)
         return future
 
+    @_locked
     def join_group(self, *, group_id, member_id, protocol_type, protocols, session_timeout_ms,
                    rebalance_timeout_ms, group_instance_id=None, client_id="", client_host=None,
                    require_known_member_id=True, reason=None) -> Future:
@@ -206,6 +259,7 @@ class InProcessCoordinator:
             return _done(JoinGroupResponse(error, member_id=req.member_id))
         return self._run(ctx, lambda r: ctx.shard.join_group(req, r), lambda e: JoinGroupResponse(e))
 
+    @_locked
     def sync_group(self, *, group_id, generation_id, member_id, assignments=None, group_instance_id=None,
                    protocol_type=None, protocol_name=None) -> Future:
         req = validate_sync_group(
@@ -220,6 +274,7 @@ class InProcessCoordinator:
             return _done(SyncGroupResponse(error))
         return self._run(ctx, lambda r: ctx.shard.sync_group(req, r), lambda e: SyncGroupResponse(e))
 
+    @_locked
     def heartbeat(self, *, group_id, generation_id, member_id, group_instance_id=None) -> Future:
         req = validate_heartbeat(HeartbeatRequest(group_id, generation_id, member_id, group_instance_id))
         error, ctx = self._runtime.precheck(req.group_id)
@@ -230,6 +285,7 @@ class InProcessCoordinator:
             return _done(HeartbeatResponse(error))
         return self._run(ctx, lambda r: r.complete(ctx.shard.heartbeat(req)), lambda e: HeartbeatResponse(e))
 
+    @_locked
     def leave_group(self, *, group_id, members, reason=None) -> Future:
         req = validate_leave_group(LeaveGroupRequest(group_id, members, reason))
         error, ctx = self._runtime.precheck(req.group_id)
@@ -237,6 +293,7 @@ class InProcessCoordinator:
             return _done(LeaveGroupResponse(error))
         return self._run(ctx, lambda r: r.complete(ctx.shard.leave_group(req)), lambda e: LeaveGroupResponse(e))
 
+    @_locked
     def commit_offsets(self, *, group_id, offsets, generation_id=-1, member_id="", group_instance_id=None,
                        retention_time_ms=-1) -> Future:
         req = validate_offset_commit(
@@ -251,6 +308,7 @@ class InProcessCoordinator:
             lambda e: OffsetCommitResponse({tp: e for tp in req.offsets}),
         )
 
+    @_locked
     def fetch_offsets(self, *, group_id, partitions=None, require_stable=False) -> Future:
         req = validate_offset_fetch(OffsetFetchRequest(group_id, partitions, require_stable))
         error, ctx = self._runtime.precheck(req.group_id, allow_empty=True)
@@ -258,6 +316,7 @@ class InProcessCoordinator:
             return _done(OffsetFetchResponse(error))
         return self._run(ctx, lambda r: r.complete(ctx.shard.fetch_offsets(req)), lambda e: OffsetFetchResponse(e))
 
+    @_locked
     def list_groups(self, *, states_filter=None, types_filter=None) -> Future:
         states = validate_filter("states_filter", states_filter)
         types = validate_filter("types_filter", types_filter)
@@ -272,6 +331,7 @@ class InProcessCoordinator:
                 groups.extend(ctx.shard.list_groups(states, types))
         return _done(ListGroupsResponse(Errors.NONE, groups))
 
+    @_locked
     def describe_groups(self, group_ids) -> Future:
         ids = validate_group_ids("group_ids", group_ids)
         out: list[DescribedGroup] = []
@@ -283,6 +343,7 @@ class InProcessCoordinator:
                 out.append(ctx.shard.describe_group(group_id))
         return _done(out)
 
+    @_locked
     def delete_groups(self, group_ids) -> Future:
         ids = validate_group_ids("group_ids", group_ids)
         result: dict[str, Errors] = {}
@@ -300,6 +361,7 @@ class InProcessCoordinator:
             result.update(f.result(timeout=0))
         return _done(result)
 
+    @_locked
     def delete_offsets(self, *, group_id, partitions) -> Future:
         check_type("group_id", group_id, str, nullable=True)
         if isinstance(partitions, (str, bytes)) or not isinstance(partitions, (list, tuple, set, frozenset)):
@@ -314,6 +376,7 @@ class InProcessCoordinator:
     # ------------------------------------------------------------------------------------------
     # Introspection and test hooks (the places Kafka's own tests reach into)
     # ------------------------------------------------------------------------------------------
+    @_locked
     def log_records(self, partition: int) -> list[Record]:
         check_int("partition", partition, 0, self.num_partitions - 1)
         ctx = self._runtime.contexts[partition]
@@ -346,12 +409,14 @@ class InProcessCoordinator:
             state.replay(key, value)
         return state
 
+    @_locked
     def fail_next_append_for_testing(self, partition: int, error: Errors) -> None:
         check_int("partition", partition, 0, self.num_partitions - 1)
         if not isinstance(error, Errors) or error is Errors.NONE:
             raise TypeError(f"error must be an Errors member other than NONE, got {error!r}")
         self._runtime.contexts[partition].fail_next_append = error
 
+    @_locked
     def set_loading_for_testing(self, partition: int, loading: bool) -> None:
         ctx = self._runtime.contexts[partition]
         if loading:
@@ -365,16 +430,19 @@ class InProcessCoordinator:
         ctx = self._runtime.contexts[self._runtime.partition_for(group_id)]
         return None if ctx.shard is None else ctx.shard.groups.get(group_id)
 
+    @_locked
     def group_state_for_testing(self, group_id: str) -> str | None:
         group = self.group_for_testing(group_id)
         return None if group is None else group.state.value
 
+    @_locked
     def transition_group_for_testing(self, group_id: str, state: str) -> None:
         group = self.group_for_testing(group_id)
         if group is None:
             raise KeyError(f"unknown group {group_id!r}")
         group.transition_to(GroupState(state))
 
+    @_locked
     def force_group_state_for_testing(self, group_id: str, state: str) -> None:
         shard = self._shard(self._runtime.partition_for(group_id))
         group, _ = shard._get_or_create_group(group_id)
@@ -382,6 +450,7 @@ class InProcessCoordinator:
         group.state = GroupState(state)
         group.state_timestamp_ms = self.clock.now_ms()
 
+    @_locked
     def can_rebalance_for_testing(self, group_id: str) -> bool:
         group = self.group_for_testing(group_id)
         if group is None:
