@@ -147,7 +147,9 @@ class OffsetsMixin:
     # ListGroups / DescribeGroups
     # ------------------------------------------------------------------------------------------
     def list_groups(self, states_filter: list[str], types_filter: list[str]) -> list[ListedGroup]:
-        states = {s.lower() for s in states_filter}
+        # GroupMetadataManager#listGroups: state filters are lower-cased and trimmed; type filters are
+        # only lower-cased (an unknown type matches nothing).
+        states = {s.lower().strip() for s in states_filter}
         types = {t.lower() for t in types_filter}
         out = []
         for group in self.groups.values():
