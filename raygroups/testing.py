@@ -22,38 +22,12 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from typing import Any
 
+from coordinator.api import dispatch
 from coordinator.clock import ManualClock
 from coordinator.config import CoordinatorConfig
 from coordinator.errors import AppendError, Errors, IllegalStateError
 from coordinator.group import ClassicGroup, GroupState
-from coordinator.messages import (
-    DescribedGroup,
-    HeartbeatRequest,
-    HeartbeatResponse,
-    JoinGroupRequest,
-    JoinGroupResponse,
-    LeaveGroupRequest,
-    LeaveGroupResponse,
-    ListGroupsResponse,
-    OffsetCommitRequest,
-    OffsetCommitResponse,
-    OffsetDeleteResponse,
-    OffsetFetchRequest,
-    OffsetFetchResponse,
-    SyncGroupRequest,
-    SyncGroupResponse,
-    check_int,
-    check_topic_partition,
-    check_type,
-    validate_filter,
-    validate_group_ids,
-    validate_heartbeat,
-    validate_join_group,
-    validate_leave_group,
-    validate_offset_commit,
-    validate_offset_fetch,
-    validate_sync_group,
-)
+from coordinator.messages import check_int, check_type
 from coordinator.records import Record
 from coordinator.runtime import CoordinatorRuntime, PartitionContext, PartitionState
 from coordinator.state import DurableState
@@ -61,6 +35,7 @@ from offsets_log.batch import Batch
 from offsets_log.errors import LogError, StaleEpochError
 from offsets_log.loader import LoadSummary, replay
 from offsets_log.memory import InMemoryLog
+from raygroups.client_api import GroupApi
 
 __all__ = ["InProcessCoordinator", "ManualClock", "IllegalStateError"]
 
@@ -84,7 +59,7 @@ def _random_member_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4()}"
 
 
-class InProcessCoordinator:
+class InProcessCoordinator(GroupApi):
     def __init__(
         self,
         num_partitions: int | None = None,
@@ -236,142 +211,13 @@ class InProcessCoordinator:
         self.close()
 
     # ------------------------------------------------------------------------------------------
-    # The group API
+    # The group API (signatures in raygroups.client_api.GroupApi)
     # ------------------------------------------------------------------------------------------
-    def _run(self, ctx: PartitionContext, fn: Callable[[Any], None], error_response: Callable[[Errors], Any]) -> Future:
+    @_locked
+    def _submit(self, request: Any) -> Future:
         future: Future = Future()
-        respond = self._runtime.new_response(future.set_result)
-        self._runtime.execute(ctx, lambda: fn(respond), respond, error_response)
+        dispatch(self._runtime, request, future.set_result)
         return future
-
-    @_locked
-    def join_group(self, *, group_id, member_id, protocol_type, protocols, session_timeout_ms,
-                   rebalance_timeout_ms, group_instance_id=None, client_id="", client_host=None,
-                   require_known_member_id=True, reason=None) -> Future:
-        req = validate_join_group(
-            JoinGroupRequest(group_id, member_id, protocol_type, protocols, session_timeout_ms, rebalance_timeout_ms,
-                             group_instance_id, client_id, client_host if client_host is not None else "/127.0.0.1",
-                             require_known_member_id, reason),
-            self.config.message_max_bytes,
-        )
-        error, ctx = self._runtime.precheck(req.group_id)
-        if error is not Errors.NONE:
-            return _done(JoinGroupResponse(error, member_id=req.member_id))
-        return self._run(ctx, lambda r: ctx.shard.join_group(req, r), lambda e: JoinGroupResponse(e))
-
-    @_locked
-    def sync_group(self, *, group_id, generation_id, member_id, assignments=None, group_instance_id=None,
-                   protocol_type=None, protocol_name=None) -> Future:
-        req = validate_sync_group(
-            SyncGroupRequest(group_id, generation_id, member_id, assignments, group_instance_id, protocol_type,
-                             protocol_name),
-            self.config.message_max_bytes,
-        )
-        error, ctx = self._runtime.precheck(req.group_id)
-        if error is Errors.COORDINATOR_LOAD_IN_PROGRESS:
-            error = Errors.REBALANCE_IN_PROGRESS  # old clients do not expect 14 from SyncGroup (§1.1)
-        if error is not Errors.NONE:
-            return _done(SyncGroupResponse(error))
-        return self._run(ctx, lambda r: ctx.shard.sync_group(req, r), lambda e: SyncGroupResponse(e))
-
-    @_locked
-    def heartbeat(self, *, group_id, generation_id, member_id, group_instance_id=None) -> Future:
-        req = validate_heartbeat(HeartbeatRequest(group_id, generation_id, member_id, group_instance_id))
-        error, ctx = self._runtime.precheck(req.group_id)
-        if error is Errors.COORDINATOR_LOAD_IN_PROGRESS:
-            error = Errors.NONE  # Kafka "responds blindly" while loading (§1.1)
-            return _done(HeartbeatResponse(error))
-        if error is not Errors.NONE:
-            return _done(HeartbeatResponse(error))
-        return self._run(ctx, lambda r: r.complete(ctx.shard.heartbeat(req)), lambda e: HeartbeatResponse(e))
-
-    @_locked
-    def leave_group(self, *, group_id, members, reason=None) -> Future:
-        req = validate_leave_group(LeaveGroupRequest(group_id, members, reason))
-        error, ctx = self._runtime.precheck(req.group_id)
-        if error is not Errors.NONE:
-            return _done(LeaveGroupResponse(error))
-        return self._run(ctx, lambda r: r.complete(ctx.shard.leave_group(req)), lambda e: LeaveGroupResponse(e))
-
-    @_locked
-    def commit_offsets(self, *, group_id, offsets, generation_id=-1, member_id="", group_instance_id=None,
-                       retention_time_ms=-1) -> Future:
-        req = validate_offset_commit(
-            OffsetCommitRequest(group_id, offsets, generation_id, member_id, group_instance_id, retention_time_ms),
-            self.config.message_max_bytes,
-        )
-        error, ctx = self._runtime.precheck(req.group_id, allow_empty=True)
-        if error is not Errors.NONE:
-            return _done(OffsetCommitResponse({tp: error for tp in req.offsets}))
-        return self._run(
-            ctx, lambda r: r.complete(ctx.shard.commit_offsets(req)),
-            lambda e: OffsetCommitResponse({tp: e for tp in req.offsets}),
-        )
-
-    @_locked
-    def fetch_offsets(self, *, group_id, partitions=None, require_stable=False) -> Future:
-        req = validate_offset_fetch(OffsetFetchRequest(group_id, partitions, require_stable))
-        error, ctx = self._runtime.precheck(req.group_id, allow_empty=True)
-        if error is not Errors.NONE:
-            return _done(OffsetFetchResponse(error))
-        return self._run(ctx, lambda r: r.complete(ctx.shard.fetch_offsets(req)), lambda e: OffsetFetchResponse(e))
-
-    @_locked
-    def list_groups(self, *, states_filter=None, types_filter=None) -> Future:
-        states = validate_filter("states_filter", states_filter)
-        types = validate_filter("types_filter", types_filter)
-        if not self._runtime.active:
-            return _done(ListGroupsResponse(Errors.COORDINATOR_NOT_AVAILABLE))
-        groups = []
-        for ctx in self._runtime.contexts:
-            if ctx.state is PartitionState.LOADING:
-                # New coordinator: a loading partition fails the whole listing (Appendix A).
-                return _done(ListGroupsResponse(Errors.COORDINATOR_LOAD_IN_PROGRESS))
-            if ctx.state is PartitionState.ACTIVE:
-                groups.extend(ctx.shard.list_groups(states, types))
-        return _done(ListGroupsResponse(Errors.NONE, groups))
-
-    @_locked
-    def describe_groups(self, group_ids) -> Future:
-        ids = validate_group_ids("group_ids", group_ids)
-        out: list[DescribedGroup] = []
-        for group_id in ids:
-            error, ctx = self._runtime.precheck(group_id, allow_empty=True)
-            if error is not Errors.NONE:
-                out.append(DescribedGroup(error, group_id, "", "", "", []))
-            else:
-                out.append(ctx.shard.describe_group(group_id))
-        return _done(out)
-
-    @_locked
-    def delete_groups(self, group_ids) -> Future:
-        ids = validate_group_ids("group_ids", group_ids)
-        result: dict[str, Errors] = {}
-        by_partition: dict[int, list[str]] = {}
-        for group_id in ids:
-            error, ctx = self._runtime.precheck(group_id, allow_empty=True)
-            if error is not Errors.NONE:
-                result[group_id] = error
-            else:
-                by_partition.setdefault(ctx.partition, []).append(group_id)
-        for partition, gids in by_partition.items():
-            ctx = self._runtime.contexts[partition]
-            f = self._run(ctx, lambda r, g=gids, c=ctx: r.complete(c.shard.delete_groups(g)),
-                          lambda e, g=gids: {gid: e for gid in g})
-            result.update(f.result(timeout=0))
-        return _done(result)
-
-    @_locked
-    def delete_offsets(self, *, group_id, partitions) -> Future:
-        check_type("group_id", group_id, str, nullable=True)
-        if isinstance(partitions, (str, bytes)) or not isinstance(partitions, (list, tuple, set, frozenset)):
-            raise TypeError(f"partitions must be a list of (topic, partition), got {type(partitions).__name__}")
-        parts = [check_topic_partition("partitions", tp) for tp in partitions]
-        error, ctx = self._runtime.precheck(group_id)
-        if error is not Errors.NONE:
-            return _done(OffsetDeleteResponse(error))
-        return self._run(ctx, lambda r: r.complete(ctx.shard.delete_offsets(group_id, parts)),
-                         lambda e: OffsetDeleteResponse(e))
 
     # ------------------------------------------------------------------------------------------
     # Introspection and test hooks (the places Kafka's own tests reach into)

@@ -1,0 +1,199 @@
+"""The request boundary of a coordinator: pre-checks, dispatch to the shard, error responses.
+
+``dispatch(runtime, request, sink)`` is the one place where a validated request meets the partition
+lifecycle (reference §1.1: invalid group id → not active → loading → not owned, with Kafka's
+exceptions for Heartbeat and SyncGroup while loading) and where whole-request failures become codes.
+The in-process coordinator and the shard actor both call it; ``sink`` receives the response once
+everything it depends on is durable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from coordinator.errors import Errors
+from coordinator.messages import (
+    DescribedGroup,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    ListGroupsResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetDeleteResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from coordinator.runtime import CoordinatorRuntime, PartitionState
+
+Sink = Callable[[Any], None]
+
+
+@dataclass(frozen=True)
+class OffsetDeleteRequest:
+    group_id: str | None
+    partitions: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True)
+class ListGroupsRequest:
+    states_filter: tuple[str, ...] = ()
+    types_filter: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DescribeGroupsRequest:
+    group_ids: tuple[str | None, ...]
+
+
+@dataclass(frozen=True)
+class DeleteGroupsRequest:
+    group_ids: tuple[str | None, ...]
+
+
+@dataclass(frozen=True)
+class _Spec:
+    allow_empty_group_id: bool
+    # What a precheck failure answers (may depend on the request), and what a failed append answers.
+    precheck_response: Callable[[Any, Errors], Any]
+    failure_response: Callable[[Any, Errors], Any]
+    handle: Callable[[Any, Any, Any], None]  # (shard, request, respond)
+    while_loading: Errors | None = None  # Kafka's exception to COORDINATOR_LOAD_IN_PROGRESS
+
+
+_SPECS: dict[type, _Spec] = {
+    JoinGroupRequest: _Spec(
+        False,
+        lambda req, e: JoinGroupResponse(e, member_id=req.member_id),
+        lambda req, e: JoinGroupResponse(e),
+        lambda shard, req, r: shard.join_group(req, r),
+    ),
+    SyncGroupRequest: _Spec(
+        False,
+        lambda req, e: SyncGroupResponse(e),
+        lambda req, e: SyncGroupResponse(e),
+        lambda shard, req, r: shard.sync_group(req, r),
+        while_loading=Errors.REBALANCE_IN_PROGRESS,  # old clients do not expect 14 from SyncGroup (§1.1)
+    ),
+    HeartbeatRequest: _Spec(
+        False,
+        lambda req, e: HeartbeatResponse(e),
+        lambda req, e: HeartbeatResponse(e),
+        lambda shard, req, r: r.complete(shard.heartbeat(req)),
+        while_loading=Errors.NONE,  # Kafka "responds blindly" while loading (§1.1)
+    ),
+    LeaveGroupRequest: _Spec(
+        False,
+        lambda req, e: LeaveGroupResponse(e),
+        lambda req, e: LeaveGroupResponse(e),
+        lambda shard, req, r: r.complete(shard.leave_group(req)),
+    ),
+    OffsetCommitRequest: _Spec(
+        True,
+        lambda req, e: OffsetCommitResponse({tp: e for tp in req.offsets}),
+        lambda req, e: OffsetCommitResponse({tp: e for tp in req.offsets}),
+        lambda shard, req, r: r.complete(shard.commit_offsets(req)),
+    ),
+    OffsetFetchRequest: _Spec(
+        True,
+        lambda req, e: OffsetFetchResponse(e),
+        lambda req, e: OffsetFetchResponse(e),
+        lambda shard, req, r: r.complete(shard.fetch_offsets(req)),
+    ),
+    OffsetDeleteRequest: _Spec(
+        False,
+        lambda req, e: OffsetDeleteResponse(e),
+        lambda req, e: OffsetDeleteResponse(e),
+        lambda shard, req, r: r.complete(shard.delete_offsets(req.group_id, list(req.partitions))),
+    ),
+}
+
+
+def dispatch(runtime: CoordinatorRuntime, request: Any, sink: Sink) -> None:
+    """Answer ``request`` through ``sink`` (at once for pre-check failures, else when durable)."""
+    kind = type(request)
+    if kind is ListGroupsRequest:
+        sink(_list_groups(runtime, request))
+        return
+    if kind is DescribeGroupsRequest:
+        sink(_describe_groups(runtime, request))
+        return
+    if kind is DeleteGroupsRequest:
+        _delete_groups(runtime, request, sink)
+        return
+    spec = _SPECS.get(kind)
+    if spec is None:
+        raise TypeError(f"not a coordinator request: {kind.__name__}")
+    error, ctx = runtime.precheck(request.group_id, allow_empty=spec.allow_empty_group_id)
+    if error is Errors.COORDINATOR_LOAD_IN_PROGRESS and spec.while_loading is not None:
+        error = spec.while_loading
+        sink(spec.precheck_response(request, error))
+        return
+    if error is not Errors.NONE:
+        sink(spec.precheck_response(request, error))
+        return
+    respond = runtime.new_response(sink)
+    runtime.execute(
+        ctx, lambda: spec.handle(ctx.shard, request, respond), respond,
+        lambda e: spec.failure_response(request, e),
+    )
+
+
+def _list_groups(runtime: CoordinatorRuntime, req: ListGroupsRequest) -> ListGroupsResponse:
+    if not runtime.active:
+        return ListGroupsResponse(Errors.COORDINATOR_NOT_AVAILABLE)
+    groups = []
+    for ctx in runtime.contexts:
+        if ctx.state is PartitionState.LOADING:
+            # New coordinator: a loading partition fails the whole listing (Appendix A).
+            return ListGroupsResponse(Errors.COORDINATOR_LOAD_IN_PROGRESS)
+        if ctx.state is PartitionState.ACTIVE:
+            groups.extend(ctx.shard.list_groups(list(req.states_filter), list(req.types_filter)))
+    return ListGroupsResponse(Errors.NONE, groups)
+
+
+def _describe_groups(runtime: CoordinatorRuntime, req: DescribeGroupsRequest) -> list[DescribedGroup]:
+    out = []
+    for group_id in req.group_ids:
+        error, ctx = runtime.precheck(group_id, allow_empty=True)
+        if error is not Errors.NONE:
+            out.append(DescribedGroup(error, group_id, "", "", "", []))
+        else:
+            out.append(ctx.shard.describe_group(group_id))
+    return out
+
+
+def _delete_groups(runtime: CoordinatorRuntime, req: DeleteGroupsRequest, sink: Sink) -> None:
+    result: dict[str | None, Errors] = {}
+    by_partition: dict[int, list[str]] = {}
+    for group_id in req.group_ids:
+        error, ctx = runtime.precheck(group_id, allow_empty=True)
+        if error is not Errors.NONE:
+            result[group_id] = error
+        else:
+            by_partition.setdefault(ctx.partition, []).append(group_id)
+    remaining = [len(by_partition)]
+
+    def collect(part: dict) -> None:
+        result.update(part)
+        remaining[0] -= 1
+        if remaining[0] == 0:
+            sink(dict(result))
+
+    if not by_partition:
+        sink(result)
+        return
+    for partition, group_ids in by_partition.items():
+        ctx = runtime.contexts[partition]
+        respond = runtime.new_response(collect)
+        runtime.execute(
+            ctx, lambda c=ctx, g=group_ids, r=respond: r.complete(c.shard.delete_groups(g)), respond,
+            lambda e, g=group_ids: {gid: e for gid in g},
+        )
