@@ -1,7 +1,14 @@
-"""A record batch: the unit of append, replication and fsync."""
+"""A record batch: the unit of append, replication and fsync.
+
+A batch written by a coordinator is dense: record ``i`` has offset ``base_offset + i``. A batch written by
+the compactor keeps the offsets of the records that survived (``offset_deltas``) and the span of the
+batches it replaces (``last_offset_delta``, as Kafka's batch header does), so a compacted log covers
+exactly the same offsets as the original and may hold batches with no records at all.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from coordinator.records import Record
@@ -13,15 +20,43 @@ class Batch:
     leader_epoch: int
     timestamp_ms: int
     records: tuple[Record, ...]
+    offset_deltas: tuple[int, ...] | None = None  # None: dense
+    last_offset_delta: int | None = None  # None: len(records) - 1
 
     def __post_init__(self) -> None:
         if not isinstance(self.records, tuple):
             object.__setattr__(self, "records", tuple(self.records))
+        deltas = self.offset_deltas
+        if deltas is None and self.last_offset_delta is not None and self.last_offset_delta != len(self.records) - 1:
+            deltas = tuple(range(len(self.records)))
+        if deltas is not None:
+            deltas = tuple(deltas)
+            n = len(self.records)
+            last = self.last_offset_delta if self.last_offset_delta is not None else (deltas[-1] if deltas else -1)
+            if len(deltas) != n:
+                raise ValueError(f"offset_deltas has {len(deltas)} entries for {n} records")
+            if any(d < 0 for d in deltas[:1]) or any(a >= b for a, b in zip(deltas, deltas[1:], strict=False)):
+                raise ValueError("offset_deltas must be non-negative and strictly increasing")
+            if deltas and last < deltas[-1]:
+                raise ValueError(f"last_offset_delta {last} is below the last record's delta {deltas[-1]}")
+            if last < 0:
+                raise ValueError("a batch must span at least one offset")
+            if deltas == tuple(range(n)) and last == n - 1:
+                deltas, last = None, None  # dense after all: one representation per batch
+            object.__setattr__(self, "offset_deltas", deltas)
+            object.__setattr__(self, "last_offset_delta", last)
 
     @property
     def last_offset(self) -> int:
+        if self.last_offset_delta is not None:
+            return self.base_offset + self.last_offset_delta
         return self.base_offset + len(self.records) - 1
 
     @property
     def next_offset(self) -> int:
-        return self.base_offset + len(self.records)
+        return self.last_offset + 1
+
+    def record_offsets(self) -> Iterator[int]:
+        if self.offset_deltas is None:
+            return iter(range(self.base_offset, self.base_offset + len(self.records)))
+        return (self.base_offset + d for d in self.offset_deltas)

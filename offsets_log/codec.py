@@ -6,9 +6,14 @@ Frame layout (big-endian)::
     uint32 crc32         zlib CRC-32 of the 4 length bytes followed by the payload
     payload              msgpack array, see below
 
-Payload (format 1), a msgpack array of 8 elements::
+Payload (format 1), a msgpack array of 8 elements, or 10 for a batch written by the compactor::
 
     [1, base_offset, leader_epoch, timestamp_ms, record_count, flags, groups, records]
+    [1, base_offset, leader_epoch, timestamp_ms, record_count, flags, groups, records,
+     offset_deltas, last_offset_delta]
+
+* A dense batch spans ``record_count`` offsets; a compacted one spans ``last_offset_delta + 1`` offsets,
+  record ``i`` having offset ``base_offset + offset_deltas[i]`` (it may have no records at all).
 
 * ``flags`` bit 0 (``FLAG_TOMBSTONES``): at least one record is a tombstone.
 * ``groups``: the distinct group ids that have a non-tombstone record in this batch (the loader uses it
@@ -56,8 +61,11 @@ FLAG_TOMBSTONES = 1
 HEADER = struct.Struct(">II")
 HEADER_BYTES = HEADER.size
 LENGTH = struct.Struct(">I")
-# Every payload starts with a fixarray(8) marker followed by the format byte; recovery searches for it.
+# Every payload starts with a fixarray(8 or 10) marker followed by the format byte; recovery searches
+# for these to tell a torn tail from damage followed by valid batches.
 PAYLOAD_MAGIC = b"\x98" + bytes([FORMAT])
+COMPACTED_PAYLOAD_MAGIC = b"\x9a" + bytes([FORMAT])
+PAYLOAD_MAGICS = (PAYLOAD_MAGIC, COMPACTED_PAYLOAD_MAGIC)
 MIN_PAYLOAD_BYTES = 10
 MAX_BATCH_BYTES = 1 << 30
 
@@ -209,8 +217,39 @@ def encode_records(records: Iterable) -> tuple[list, list, int]:
 
 def encode_payload(batch: Batch) -> bytes:
     flat, groups, flags = encode_records(batch.records)
+    head = (FORMAT, batch.base_offset, batch.leader_epoch, batch.timestamp_ms, len(batch.records), flags, groups, flat)
+    if batch.offset_deltas is None:
+        return _pack(head)
+    return _pack(head + (batch.offset_deltas, batch.last_offset_delta))
+
+
+def encode_raw_payload(
+    base_offset: int, leader_epoch: int, timestamp_ms: int, raw_records: list, offset_deltas: list, last_offset_delta: int
+) -> bytes:
+    """A compacted payload from already-encoded ``(key bytes, raw value)`` records (no re-encoding)."""
+    flat: list = []
+    groups: dict[str, None] = {}
+    flags = 0
+    for kb, rv in raw_records:
+        flat.append(kb)
+        flat.append(rv)
+        if rv is None:
+            flags |= FLAG_TOMBSTONES
+        else:
+            groups[decode_key_fields(kb)[1]] = None
     return _pack(
-        (FORMAT, batch.base_offset, batch.leader_epoch, batch.timestamp_ms, len(batch.records), flags, groups, flat)
+        (
+            FORMAT,
+            base_offset,
+            leader_epoch,
+            timestamp_ms,
+            len(raw_records),
+            flags,
+            list(groups),
+            flat,
+            tuple(offset_deltas),
+            last_offset_delta,
+        )
     )
 
 
@@ -237,11 +276,18 @@ def unpack_payload(payload) -> tuple:
         p = msgpack.unpackb(payload, use_list=False)
     except Exception as e:  # msgpack raises several unrelated exception types
         raise RecordFormatError(f"undecodable batch payload: {e}") from e
-    if type(p) is not tuple or len(p) != 8 or p[0] != FORMAT:
+    if type(p) is not tuple or len(p) not in (8, 10) or p[0] != FORMAT:
         raise RecordFormatError("batch payload is not a format-1 batch")
-    if len(p[7]) != 2 * p[4] or p[4] < 1:
+    if len(p[7]) != 2 * p[4] or p[4] < (1 if len(p) == 8 else 0):
         raise RecordFormatError(f"batch claims {p[4]} records but carries {len(p[7]) // 2}")
+    if len(p) == 10 and (len(p[8]) != p[4] or p[9] < 0):
+        raise RecordFormatError("compacted batch with inconsistent offset deltas")
     return p
+
+
+def payload_span(p: tuple) -> int:
+    """How many offsets the batch of raw payload ``p`` covers."""
+    return p[9] + 1 if len(p) == 10 else p[4]
 
 
 def batch_from_raw(p: tuple) -> Batch:
@@ -251,6 +297,8 @@ def batch_from_raw(p: tuple) -> Batch:
         key = decode_key(flat[i])
         type_id = OFFSET_COMMIT_KEY_TYPE if type(key) is OffsetCommitKey else GROUP_METADATA_KEY_TYPE
         records.append((key, decode_value(type_id, flat[i + 1])))
+    if len(p) == 10:
+        return Batch(p[1], p[2], p[3], tuple(records), p[8], p[9])
     return Batch(p[1], p[2], p[3], tuple(records))
 
 

@@ -84,17 +84,23 @@ def _replay_fast(payloads, state: DurableState, where: str) -> tuple[int, int]:
     for path, pos, payload in payloads:
         try:
             p = unpackb(payload, use_list=False)
-            if type(p) is not tuple or len(p) != 8 or p[0] != FORMAT:
+            if type(p) is not tuple or p[0] != FORMAT:
                 raise RecordFormatError("not a format-1 batch payload")
             flat = p[7]
             count = p[4]
+            if len(p) == 8:
+                span = count
+            elif len(p) == 10:  # compacted: may skip offsets inside its span
+                span = p[9] + 1
+            else:
+                raise RecordFormatError("not a format-1 batch payload")
             if len(flat) != 2 * count:
                 raise RecordFormatError(f"batch claims {count} records but carries {len(flat) // 2}")
         except Exception as e:
             raise CorruptLogError(path, pos, f"batch passes its CRC but cannot be decoded ({e})") from e
         if p[1] != expected:
             raise CorruptLogError(path, pos, f"batch starts at offset {p[1]}, expected {expected}")
-        expected += count
+        expected += span
         n += count
         nbytes += len(payload) + 8
         if p[5] & FLAG_TOMBSTONES:

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from offsets_log.batch import Batch
-from offsets_log.codec import RecordFormatError, batch_from_raw, encode_batch, unpack_payload
+from offsets_log.codec import RecordFormatError, batch_from_raw, encode_batch, payload_span, unpack_payload
 from offsets_log.epochs import EpochEndOffset, LeaderEpochCache, checkpoint_path, write_checkpoint
 from offsets_log.errors import (
     CorruptLogError,
@@ -372,7 +372,7 @@ class FileLog:
                 raise CorruptLogError(path, pos, f"batch passes its CRC but cannot be decoded ({e})") from e
             if p[1] != expected:
                 raise CorruptLogError(path, pos, f"batch starts at offset {p[1]}, expected {expected}")
-            expected += p[4]
+            expected += payload_span(p)
             n += 1
         return n
 
@@ -422,9 +422,10 @@ class FileLog:
             raw = unpack_payload(payload)
             if raw[1] == offset:
                 return p
-            if raw[1] < offset < raw[1] + raw[4]:
+            span = payload_span(raw)
+            if raw[1] < offset < raw[1] + span:
                 raise ValueError(
-                    f"offset {offset} is inside the batch [{raw[1]}, {raw[1] + raw[4] - 1}]; truncate at a batch boundary"
+                    f"offset {offset} is inside the batch [{raw[1]}, {raw[1] + span - 1}]; truncate at a batch boundary"
                 )
         if offset == seg.next_offset:
             return seg.size_bytes

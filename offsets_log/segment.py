@@ -23,9 +23,10 @@ from offsets_log.codec import (
     HEADER_BYTES,
     MAX_BATCH_BYTES,
     MIN_PAYLOAD_BYTES,
-    PAYLOAD_MAGIC,
+    PAYLOAD_MAGICS,
     RecordFormatError,
     frame_crc_ok,
+    payload_span,
     unpack_payload,
 )
 from offsets_log.errors import CorruptLogError
@@ -85,12 +86,13 @@ def _frame_problem(buf, pos: int, size: int) -> str | None:
 
 def _valid_frame_after(buf, pos: int, size: int) -> int | None:
     """Position of a valid frame starting after ``pos``, if any (finds candidates by the payload magic)."""
-    i = buf.find(PAYLOAD_MAGIC, pos + 1 + HEADER_BYTES)
-    while i != -1:
-        q = i - HEADER_BYTES
-        if _frame_problem(buf, q, size) is None:
-            return q
-        i = buf.find(PAYLOAD_MAGIC, i + 1)
+    for magic in PAYLOAD_MAGICS:
+        i = buf.find(magic, pos + 1 + HEADER_BYTES)
+        while i != -1:
+            q = i - HEADER_BYTES
+            if _frame_problem(buf, q, size) is None:
+                return q
+            i = buf.find(magic, i + 1)
     return None
 
 
@@ -132,7 +134,7 @@ def scan_segment(path: str, base_offset: int, *, last: bool, index_interval_byte
             result.epochs.append((p[2], p[1]))
             prev_epoch = p[2]
         result.index.maybe_add(expected, pos)
-        expected += p[4]
+        expected += payload_span(p)
         result.batches += 1
         pos = end
     result.next_offset = expected

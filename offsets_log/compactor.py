@@ -1,0 +1,239 @@
+"""Reference compactor (single process, pure Python): the oracle the Spark compaction job is tested against.
+
+Guarantee: replaying the compacted records with ``DurableState.replay`` gives exactly the state that
+replaying the original records gives, and every surviving record keeps its offset and relative order.
+Compacted batches cover exactly the offsets of the batches they replace (Kafka's ``lastOffsetDelta``),
+so compacted segments chain like the originals and a log can swap them in one for one. Compacting a
+prefix of a log (its closed segments) is therefore safe: the state after the prefix is unchanged.
+
+What is kept: the last record of every key, except tombstones whose batch timestamp is more than
+``delete_retention_ms`` before ``now_ms`` (Kafka measures from the time the cleaner first saw the
+tombstone; the batch timestamp is the deterministic stand-in). Two rules of ``DurableState.replay`` need
+a little more than Kafka's last-record-per-key, and the compactor keeps exactly that much more:
+
+* a group that exists only because an offset commit created it, all of whose offsets were deleted since,
+  keeps its last commit and that offset's tombstone (whatever the tombstone's age);
+* a group tombstone that follows surviving commits of the group is kept whatever its age, because those
+  commits would otherwise re-create the group.
+
+Batches are merged: consecutive input batches of one leader epoch become one output batch (at most
+``max_batch_records`` records) whose timestamp is the latest of theirs, so a merged tombstone is kept
+at least as long as it would have been. A run of batches with no survivor leaves an empty batch that
+holds its offsets.
+
+Not guaranteed: speed (it holds one partition's closed segments in memory), or Kafka's exact retention
+clock.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from coordinator.records import GROUP_METADATA_KEY_TYPE, OFFSET_COMMIT_KEY_TYPE
+from offsets_log.batch import Batch
+from offsets_log.codec import (
+    decode_key_fields,
+    encode_key,
+    encode_raw_payload,
+    encode_value,
+    frame,
+    payload_span,
+    unpack_payload,
+)
+from offsets_log.codec import (
+    decode_payload as _decode_payload,
+)
+from offsets_log.errors import CorruptLogError
+from offsets_log.fsutil import atomic_write
+from offsets_log.index import DEFAULT_INDEX_INTERVAL_BYTES, OffsetIndex
+from offsets_log.segment import index_name, iter_frames, segment_name
+
+DEFAULT_MAX_BATCH_RECORDS = 1000
+
+
+@dataclass
+class _SourceBatch:
+    base_offset: int
+    span: int
+    leader_epoch: int
+    timestamp_ms: int
+    records: list  # [(offset, key bytes, raw value)]
+
+
+@dataclass
+class CompactionStats:
+    records_in: int = 0
+    records_out: int = 0
+    batches_in: int = 0
+    batches_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    tombstones_dropped: int = 0
+    output_paths: list[str] = field(default_factory=list)
+
+
+def _select(sources: list[_SourceBatch], delete_retention_ms: int, now_ms: int, stats: CompactionStats) -> set[int]:
+    """Offsets of the records to keep (see the module docstring)."""
+    info: dict[bytes, tuple[int, str]] = {}
+    last_pos: dict[bytes, int] = {}
+    last_tomb_ts: dict[bytes, int] = {}  # key -> batch timestamp of its last record, if it is a tombstone
+    last_oc_value: dict[str, tuple[int, bytes]] = {}
+    for src in sources:
+        for offset, kb, rv in src.records:
+            meta = info.get(kb)
+            if meta is None:
+                fields = decode_key_fields(kb)
+                if fields[0] not in (OFFSET_COMMIT_KEY_TYPE, GROUP_METADATA_KEY_TYPE):
+                    raise ValueError(f"unknown record type {fields[0]} at offset {offset}")
+                meta = info[kb] = (fields[0], fields[1])
+            last_pos[kb] = offset
+            if rv is None:
+                last_tomb_ts[kb] = src.timestamp_ms
+            else:
+                last_tomb_ts.pop(kb, None)
+                if meta[0] == OFFSET_COMMIT_KEY_TYPE:
+                    last_oc_value[meta[1]] = (offset, kb)
+    keep: set[int] = set()
+    max_value_pos: dict[str, int] = {}
+    final_gm: dict[str, tuple[bool, int]] = {}  # group -> (is tombstone, offset)
+    for kb, pos in last_pos.items():
+        type_id, group = info[kb]
+        ts = last_tomb_ts.get(kb)
+        if ts is None:
+            keep.add(pos)
+            if type_id == OFFSET_COMMIT_KEY_TYPE and pos > max_value_pos.get(group, -1):
+                max_value_pos[group] = pos
+        elif now_ms - ts <= delete_retention_ms:
+            keep.add(pos)
+        if type_id == GROUP_METADATA_KEY_TYPE:
+            final_gm[group] = (ts is not None, pos)
+    groups = {g for _, g in info.values()}
+    for group in groups:
+        gm = final_gm.get(group)
+        if gm is not None and not gm[0]:
+            continue  # the group's metadata value decides, whatever the commits did
+        tomb_pos = gm[1] if gm is not None else -1
+        creator = last_oc_value.get(group)
+        exists = creator is not None and creator[0] > tomb_pos
+        value_pos = max_value_pos.get(group, -1)
+        if exists and value_pos <= tomb_pos:  # no surviving commit re-creates it: keep its creator
+            keep.add(creator[0])
+            keep.add(last_pos[creator[1]])
+        elif not exists and value_pos >= 0:
+            keep.add(tomb_pos)
+    stats.tombstones_dropped = sum(1 for kb in last_tomb_ts if last_pos[kb] not in keep)
+    return keep
+
+
+def _emit(sources: list[_SourceBatch], keep: set[int], max_batch_records: int):
+    """Yield ``(base, epoch, timestamp, [(key bytes, raw value)], deltas, last_delta)`` of output batches."""
+    run: list[_SourceBatch] = []
+    kept: list = []
+
+    def flush():
+        base = run[0].base_offset
+        end = run[-1].base_offset + run[-1].span
+        return (
+            base,
+            run[0].leader_epoch,
+            max(s.timestamp_ms for s in run),
+            [(kb, rv) for _, kb, rv in kept],
+            [o - base for o, _, _ in kept],
+            end - 1 - base,
+        )
+
+    for src in sources:
+        survivors = [r for r in src.records if r[0] in keep]
+        if run and (src.leader_epoch != run[0].leader_epoch or len(kept) + len(survivors) > max_batch_records):
+            yield flush()
+            run, kept = [], []
+        run.append(src)
+        kept.extend(survivors)
+    if run:
+        yield flush()
+
+
+def compact_batches(
+    batches: Iterable[Batch],
+    *,
+    delete_retention_ms: int,
+    now_ms: int,
+    max_batch_records: int = DEFAULT_MAX_BATCH_RECORDS,
+) -> list[Batch]:
+    """Compact decoded batches (contiguous, in log order); see the module docstring."""
+    _validate(delete_retention_ms, max_batch_records)
+    sources = []
+    for b in batches:
+        recs = [(o, encode_key(k), encode_value(k, v)) for o, (k, v) in zip(b.record_offsets(), b.records, strict=True)]
+        sources.append(_SourceBatch(b.base_offset, b.next_offset - b.base_offset, b.leader_epoch, b.timestamp_ms, recs))
+    keep = _select(sources, delete_retention_ms, now_ms, CompactionStats())
+    return [
+        _decode_payload(encode_raw_payload(base, epoch, ts, raw, deltas, last))
+        for base, epoch, ts, raw, deltas, last in _emit(sources, keep, max_batch_records)
+    ]
+
+
+def compact_segments(
+    segment_paths: list[str],
+    output_dir: str | os.PathLike,
+    *,
+    delete_retention_ms: int,
+    now_ms: int,
+    max_batch_records: int = DEFAULT_MAX_BATCH_RECORDS,
+    index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
+) -> CompactionStats:
+    """Compact closed segment files into new segments (same base offsets and offset ranges) in ``output_dir``.
+
+    Inputs are read with full CRC checks and never modified; each output segment and its index are
+    written atomically. Returns statistics and the output paths."""
+    _validate(delete_retention_ms, max_batch_records)
+    output_dir = os.fspath(output_dir)
+    os.makedirs(output_dir, exist_ok=True)
+    stats = CompactionStats()
+    per_segment: list[tuple[int, int, list[_SourceBatch]]] = []  # (base, next offset, sources)
+    expected = None
+    for path in segment_paths:
+        base = int(os.path.basename(path)[:20])
+        if expected is not None and base != expected:
+            raise CorruptLogError(path, None, f"segment starts at {base} but the previous one ends at {expected}")
+        sources = []
+        offset = base
+        for pos, payload in iter_frames(path, 0, os.path.getsize(path)):
+            p = unpack_payload(payload)
+            if p[1] != offset:
+                raise CorruptLogError(path, pos, f"batch starts at offset {p[1]}, expected {offset}")
+            deltas = p[8] if len(p) == 10 else range(p[4])
+            flat = p[7]
+            recs = [(p[1] + d, flat[2 * i], flat[2 * i + 1]) for i, d in enumerate(deltas)]
+            span = payload_span(p)
+            sources.append(_SourceBatch(p[1], span, p[2], p[3], recs))
+            offset += span
+            stats.records_in += p[4]
+            stats.batches_in += 1
+            stats.bytes_in += len(payload) + 8
+        per_segment.append((base, offset, sources))
+        expected = offset
+    keep = _select([s for _, _, srcs in per_segment for s in srcs], delete_retention_ms, now_ms, stats)
+    for base, next_offset, sources in per_segment:
+        data = bytearray()
+        index = OffsetIndex(interval_bytes=index_interval_bytes)
+        for b_base, epoch, ts, raw, deltas, last in _emit(sources, keep, max_batch_records):
+            index.maybe_add(b_base, len(data))
+            data += frame(encode_raw_payload(b_base, epoch, ts, raw, deltas, last))
+            stats.records_out += len(raw)
+            stats.batches_out += 1
+        out = os.path.join(output_dir, segment_name(base))
+        atomic_write(out, bytes(data))
+        index.write(os.path.join(output_dir, index_name(base)), next_offset, len(data))
+        stats.bytes_out += len(data)
+        stats.output_paths.append(out)
+    return stats
+
+
+def _validate(delete_retention_ms: int, max_batch_records: int) -> None:
+    if not isinstance(delete_retention_ms, int) or delete_retention_ms < 0:
+        raise ValueError(f"delete_retention_ms must be an int >= 0, got {delete_retention_ms!r}")
+    if not isinstance(max_batch_records, int) or max_batch_records < 1:
+        raise ValueError(f"max_batch_records must be an int >= 1, got {max_batch_records!r}")

@@ -1,0 +1,121 @@
+"""Reference compactor: same replayed state, offsets and order preserved, old tombstones dropped."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from log_testlib import (
+    append_all,
+    histories,
+    make_batches,
+    narrow_histories,
+    offsets_only_histories,
+    record_lists,
+    sequential_state,
+)
+
+from coordinator.records import (
+    new_group_metadata_tombstone_record,
+    new_offset_commit_record,
+    new_offset_commit_tombstone_record,
+)
+from coordinator.state import DurableState
+from offsets_log import open_log, replay
+from offsets_log.codec import encode_key
+from offsets_log.compactor import compact_batches, compact_segments
+
+NO_FSYNC = {"fsync_for_testing": lambda fd: None}
+PROPS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+any_history = st.one_of(record_lists, histories, narrow_histories, offsets_only_histories)
+
+
+def records_by_offset(batches):
+    return {o: r for b in batches for o, r in zip(b.record_offsets(), b.records, strict=True)}
+
+
+def check_compacted(original, compacted, *, everything_retained):
+    assert sequential_state(compacted) == sequential_state(original)
+    # same offset range, contiguous
+    if original:
+        assert compacted[0].base_offset == original[0].base_offset
+        assert compacted[-1].next_offset == original[-1].next_offset
+    for a, b in zip(compacted, compacted[1:], strict=False):
+        assert a.next_offset == b.base_offset
+    # every survivor is the original record at the same offset (so order is preserved too)
+    before = records_by_offset(original)
+    after = records_by_offset(compacted)
+    assert all(before[o] == r for o, r in after.items())
+    last = {}
+    for o, (k, v) in sorted(before.items()):
+        last[encode_key(k)] = (o, v)
+    for o, v in last.values():
+        if v is not None or everything_retained:
+            assert o in after, "the last record of every key survives (tombstones: while retained)"
+    return after
+
+
+@PROPS
+@given(recs=any_history, retention=st.integers(0, 30), now_shift=st.integers(0, 40), batch_records=st.integers(1, 5))
+def test_compaction_preserves_replayed_state(recs, retention, now_shift, batch_records):
+    original = make_batches(recs, timestamp_ms=1_000)
+    compacted = compact_batches(
+        original, delete_retention_ms=retention, now_ms=1_000 + now_shift, max_batch_records=batch_records
+    )
+    check_compacted(original, compacted, everything_retained=now_shift <= retention)
+    # compaction is idempotent in effect
+    again = compact_batches(compacted, delete_retention_ms=retention, now_ms=1_000 + now_shift)
+    assert sequential_state(again) == sequential_state(original)
+
+
+def test_old_tombstones_are_dropped_young_ones_kept():
+    history = [
+        [new_offset_commit_record("g", "t", 0, 1, -1, "", 1)],
+        [new_offset_commit_record("g", "t", 1, 1, -1, "", 1)],
+        [new_offset_commit_tombstone_record("g", "t", 0)],  # ts 1002
+        [new_offset_commit_record("h", "t", 0, 1, -1, "", 1)],
+        [new_offset_commit_tombstone_record("h", "t", 0)],  # ts 1004, h exists only by that commit
+        [new_group_metadata_tombstone_record("x")],  # ts 1005, nothing to protect
+    ]
+    original = make_batches(history, timestamp_ms=1_000)
+    old = compact_batches(original, delete_retention_ms=1, now_ms=2_000)
+    after = records_by_offset(old)
+    assert sorted(after) == [1, 3, 4]  # g's tombstone and x's are gone; h keeps commit + tombstone
+    assert sequential_state(old) == sequential_state(original)
+    young = compact_batches(original, delete_retention_ms=10_000, now_ms=2_000)
+    assert sorted(records_by_offset(young)) == [1, 2, 3, 4, 5]
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(recs=st.one_of(histories, narrow_histories).filter(lambda r: len(r) > 5))
+def test_compacted_segments_swap_in_and_replay_identically(tmp_path_factory, recs):
+    base = tmp_path_factory.mktemp("c")
+    original = make_batches(recs, timestamp_ms=1_000)
+    with open_log(base / "log", segment_bytes=1024, **NO_FSYNC) as log:
+        append_all(log, original)
+        closed = log.segment_paths(closed_only=True)
+        active = log.segment_paths()[-1]
+    stats = compact_segments(closed, base / "out", delete_retention_ms=5, now_ms=1_010)
+    assert [os.path.basename(p) for p in stats.output_paths] == [os.path.basename(p) for p in closed]
+    assert stats.bytes_out <= stats.bytes_in
+    # A log made of the compacted closed segments plus the untouched active segment.
+    shutil.copy(active, base / "out")
+    shutil.copy(base / "log" / "leader-epoch-checkpoint", base / "out")
+    with open_log(base / "out", segment_bytes=1024, **NO_FSYNC) as log:
+        assert log.log_end_offset == original[-1].next_offset
+        assert log.recovery_report.rebuilt_indexes == []
+        log.verify()
+        state = DurableState()
+        replay(log, state)
+        assert state == sequential_state(original)
+        assert sequential_state(list(log.batches())) == state
+
+
+def test_invalid_arguments():
+    with pytest.raises(ValueError, match="delete_retention_ms must be an int >= 0"):
+        compact_batches([], delete_retention_ms=-1, now_ms=0)
+    with pytest.raises(ValueError, match="max_batch_records must be an int >= 1"):
+        compact_batches([], delete_retention_ms=0, now_ms=0, max_batch_records=0)
