@@ -314,3 +314,15 @@ def test_list_groups_state_filter_is_trimmed():
     # GroupMetadataManager#listGroups lower-cases *and trims* each state filter.
     ctx = three_groups()
     assert listed(ctx, [" Stable "]) == [("stable", "consumer", "Stable", "classic")]
+
+
+def test_blank_group_id_for_delete_groups_and_offset_delete():
+    ctx = Ctx()
+    assert delete_groups(ctx, "") == {"": Errors.GROUP_ID_NOT_FOUND}
+    ctx.commit({T0: (1, "")}, group_id="")
+    # OffsetDelete does not accept "" (reference §1.1: only OffsetCommit/OffsetFetch/DescribeGroups/
+    # DeleteGroups do).
+    assert delete_offsets(ctx, [T0], group_id="").error is Errors.INVALID_GROUP_ID
+    assert delete_groups(ctx, "") == {"": Errors.NONE}
+    assert ctx.coord.group_state_for_testing("") is None
+    ctx.assert_replay_matches()
