@@ -91,3 +91,15 @@ def test_encoding_refuses_mismatched_records():
 def test_equal_keys_encode_to_equal_bytes():
     assert encode_key(OffsetCommitKey("g", "t", 1)) == encode_key(OffsetCommitKey("g", "t", 1))
     assert encode_key(OffsetCommitKey("g", "t", 1)) != encode_key(GroupMetadataKey("g"))
+
+
+def test_compacted_batches_round_trip_and_keep_their_span():
+    rec = new_offset_commit_record("g", "t", 0, 5, 1, "m", 99)
+    sparse = Batch(10, 2, 5, (rec, rec), offset_deltas=(1, 4), last_offset_delta=6)
+    assert (sparse.last_offset, sparse.next_offset, list(sparse.record_offsets())) == (16, 17, [11, 14])
+    assert decode_frame(encode_batch(sparse)) == sparse
+    empty = Batch(10, 2, 5, (), offset_deltas=(), last_offset_delta=3)
+    assert empty.next_offset == 14 and decode_frame(encode_batch(empty)) == empty
+    assert Batch(0, 0, 0, (rec,), offset_deltas=(0,), last_offset_delta=0) == Batch(0, 0, 0, (rec,))
+    with pytest.raises(ValueError):
+        Batch(0, 0, 0, (rec, rec), offset_deltas=(1, 1), last_offset_delta=2)
