@@ -116,6 +116,29 @@ _SPECS: dict[type, _Spec] = {
 }
 
 
+def error_response(request: Any, error: Errors) -> Any:
+    """The response a request gets when it fails as a whole with ``error`` (e.g. the shard is gone)."""
+    kind = type(request)
+    if kind is ListGroupsRequest:
+        return ListGroupsResponse(error)
+    if kind is DescribeGroupsRequest:
+        return [DescribedGroup(error, g, "", "", "", []) for g in request.group_ids]
+    if kind is DeleteGroupsRequest:
+        return {g: error for g in request.group_ids}
+    return _SPECS[kind].precheck_response(request, error)
+
+
+def response_errors(response: Any) -> list[Errors]:
+    """Every error code in a response (top level, per partition, per group)."""
+    if isinstance(response, list):
+        return [g.error for g in response]
+    if isinstance(response, dict):
+        return list(response.values())
+    errors = [] if getattr(response, "error", None) is None else [response.error]
+    errors.extend(getattr(response, "errors", {}).values())
+    return errors
+
+
 def dispatch(runtime: CoordinatorRuntime, request: Any, sink: Sink) -> None:
     """Answer ``request`` through ``sink`` (at once for pre-check failures, else when durable)."""
     kind = type(request)

@@ -1,0 +1,252 @@
+"""``CoordinatorShard``: one ``__consumer_offsets`` partition as an asyncio Ray actor (a plain class here;
+``actors.factory`` applies the Ray options).
+
+Write path (DESIGN.md): a request runs the pure core at once (records replayed speculatively) and joins
+the open batch; one batch is appended at a time on an I/O thread (fsync off the event loop) while the
+next one accumulates — group commit; responses are released only when their batch, and every earlier
+one, is durable, so reads never see an effect that might be lost. If an append fails, that batch and
+everything after it are undone and answered with Kafka's mapped error. Parked JoinGroup/SyncGroup calls
+are just pending futures on the event loop and never block other calls.
+
+Lifecycle: LOADING (replaying the log; Kafka's answers for that state) → ACTIVE → CLOSED/FAILED
+(``NOT_COORDINATOR``). On a restart Ray re-runs ``__init__``; the new instance replays the log and
+serves with a leader epoch above every epoch in the log, and the file lock on the partition directory
+keeps a second writer out. Guarantees: an acknowledged commit survives a crash of this process; a
+stable group whose members keep heartbeating is not rebalanced by a restart (its GroupMetadata was
+persisted at SyncGroup). Not guaranteed here: surviving the loss of the node's disk (replication).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from actors.timers import AsyncioTimers, WallClock
+from coordinator.api import dispatch
+from coordinator.config import CoordinatorConfig
+from coordinator.errors import AppendError, Errors, map_append_error
+from coordinator.messages import OffsetCommitRequest, OffsetCommitResponse
+from coordinator.runtime import CoordinatorRuntime, PartitionState
+from offsets_log import Batch, LogError, LogLockedError, StaleEpochError, open_log, replay
+
+log = logging.getLogger(__name__)
+LOCK_WAIT_S = 30.0
+
+
+def shard_name(partition: int) -> str:
+    return f"raygroups-shard-{partition}"
+
+
+def partition_dir(data_dir: str, partition: int) -> str:
+    return os.path.join(data_dir, f"__consumer_offsets-{partition}")
+
+
+def _new_member_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4()}"
+
+
+class CoordinatorShard:
+    def __init__(
+        self,
+        partition: int,
+        num_partitions: int,
+        config: dict[str, int],
+        data_dir: str,
+        leader_epoch: int = 0,
+        topics: dict[str, int] | None = None,
+    ) -> None:
+        self.partition = partition
+        self.config = CoordinatorConfig.from_properties(config)
+        self.data_dir = data_dir
+        self._epoch = leader_epoch
+        self._topics: dict[str, int] = dict(topics or {})
+        self._io = ThreadPoolExecutor(1, thread_name_prefix=f"shard-{partition}-io")
+        self._runtime = CoordinatorRuntime(
+            num_partitions, self.config, WallClock(), AsyncioTimers, _new_member_id,
+            append=None, on_pending=self._on_pending,
+        )
+        self._ctx = self._runtime.contexts[partition]
+        self._started = False
+        self._loaded: asyncio.Future | None = None
+        self._wakeup: asyncio.Event | None = None
+        self._load_summary = None
+        self._load_error: str | None = None
+        self._stats = {"batches": 0, "records": 0, "append_failures": 0}
+
+    # ------------------------------------------------------------------------------------------
+    # Loading
+    # ------------------------------------------------------------------------------------------
+    def _ensure_started(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        loop = asyncio.get_running_loop()
+        self._wakeup = asyncio.Event()
+        self._loaded = loop.create_future()
+        loop.create_task(self._load())
+        loop.create_task(self._flush_loop())
+
+    def _open_log(self):
+        path = partition_dir(self.data_dir, self.partition)
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while True:
+            try:
+                return open_log(
+                    path,
+                    segment_bytes=self.config.offsets_topic_segment_bytes,
+                    fsync_interval_ms=self.config.log_flush_interval_ms or None,
+                )
+            except LogLockedError:
+                # A previous instance of this shard is still exiting; its lock goes with its process.
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    async def _load(self) -> None:
+        loop = asyncio.get_running_loop()
+        ctx = self._runtime.begin_load(self.partition, self._epoch)
+        try:
+            plog = await loop.run_in_executor(self._io, self._open_log)
+            # Serve with an epoch above every epoch this log has seen, so an older writer is fenced.
+            ctx.epoch = max(ctx.epoch, plog.latest_epoch + 1)
+            ctx.log = plog
+            self._load_summary = await loop.run_in_executor(self._io, replay, plog, ctx.shard.state)
+            self._runtime.complete_load(ctx)
+            log.info("shard %d loaded %s at epoch %d", self.partition, self._load_summary, ctx.epoch)
+        except Exception as e:  # a corrupt or unreadable log: stay unavailable rather than serve partial state
+            self._load_error = f"{type(e).__name__}: {e}"
+            log.error("shard %d failed to load: %s", self.partition, self._load_error)
+            self._runtime.fail_load(ctx)
+        finally:
+            self._loaded.set_result(None)
+
+    # ------------------------------------------------------------------------------------------
+    # Group commit
+    # ------------------------------------------------------------------------------------------
+    def _on_pending(self, ctx) -> None:
+        self._wakeup.set()
+
+    def _append_sync(self, records: list) -> None:
+        ctx = self._ctx
+        plog = ctx.log
+        if plog is None:
+            raise AppendError(Errors.NOT_LEADER_OR_FOLLOWER, "the partition log is closed")
+        batch = Batch(plog.log_end_offset, ctx.epoch, int(time.time() * 1000), tuple(records))
+        try:
+            plog.append(batch, ctx.epoch)
+        except StaleEpochError as e:
+            raise AppendError(Errors.NOT_LEADER_OR_FOLLOWER, str(e)) from e
+        except (LogError, OSError) as e:
+            raise AppendError(Errors.KAFKA_STORAGE_ERROR, str(e)) from e
+
+    async def _flush_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        ctx = self._ctx
+        while True:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            while True:
+                sealed = self._runtime.seal_batch(ctx)
+                if sealed is None:
+                    break
+                records, ops = sealed
+                error = Errors.NONE
+                if records:
+                    try:
+                        await loop.run_in_executor(self._io, self._append_sync, records)
+                    except AppendError as e:
+                        error = map_append_error(e.error)
+                        if e.error is Errors.NOT_LEADER_OR_FOLLOWER:
+                            ctx.state = PartitionState.FAILED  # fenced: never serve again
+                    except Exception as e:  # noqa: BLE001 - any other failure must not ack the batch
+                        log.exception("append failed on shard %d", self.partition)
+                        error = Errors.UNKNOWN_SERVER_ERROR if not isinstance(e, OSError) else Errors.NOT_COORDINATOR
+                if error is Errors.NONE:
+                    self._stats["batches"] += 1
+                    self._stats["records"] += len(records)
+                    self._runtime.batch_durable(ctx, ops)
+                else:
+                    self._stats["append_failures"] += 1
+                    self._runtime.batch_failed(ctx, ops, error)
+
+    # ------------------------------------------------------------------------------------------
+    # The API
+    # ------------------------------------------------------------------------------------------
+    async def handle(self, request: Any) -> Any:
+        """Answer one request of the group API (a validated request object of ``coordinator``)."""
+        self._ensure_started()
+        if type(request) is OffsetCommitRequest and self._topics is not None:
+            return await self._commit_known_topics(request)
+        return await self._dispatch(request)
+
+    async def _dispatch(self, request: Any) -> Any:
+        future = asyncio.get_running_loop().create_future()
+
+        def sink(value: Any) -> None:
+            if not future.done():
+                future.set_result(value)
+
+        dispatch(self._runtime, request, sink)
+        return await future
+
+    async def _commit_known_topics(self, req: OffsetCommitRequest) -> OffsetCommitResponse:
+        # As Kafka's broker does before the coordinator: unknown topics/partitions fail per partition.
+        unknown = {
+            tp: Errors.UNKNOWN_TOPIC_OR_PARTITION
+            for tp in req.offsets
+            if tp[1] >= self._topics.get(tp[0], 0)
+        }
+        if not unknown:
+            return await self._dispatch(req)
+        known = {tp: v for tp, v in req.offsets.items() if tp not in unknown}
+        if not known:
+            return OffsetCommitResponse(unknown)
+        response = await self._dispatch(OffsetCommitRequest(
+            req.group_id, known, req.generation_id, req.member_id, req.group_instance_id, req.retention_time_ms,
+        ))
+        errors = dict(response.errors)
+        errors.update(unknown)
+        return OffsetCommitResponse({tp: errors[tp] for tp in req.offsets})
+
+    async def set_topics(self, topics: dict[str, int]) -> None:
+        self._topics = dict(topics)
+
+    async def ready(self) -> dict:
+        """Wait for the load to finish; return ``status()``."""
+        self._ensure_started()
+        await self._loaded
+        return await self.status()
+
+    async def status(self) -> dict:
+        summary = self._load_summary
+        return {
+            "partition": self.partition,
+            "state": self._ctx.state.value,
+            "leader_epoch": self._ctx.epoch,
+            "log_end_offset": None if self._ctx.log is None else self._ctx.log.log_end_offset,
+            "load_records": None if summary is None else summary.records,
+            "load_seconds": None if summary is None else summary.seconds,
+            "load_bytes_dropped": None if summary is None else summary.bytes_dropped,
+            "load_error": self._load_error,
+            "groups": 0 if self._ctx.shard is None else len(self._ctx.shard.groups),
+            "pid": os.getpid(),
+            **self._stats,
+        }
+
+    async def ping(self) -> None:
+        """A no-op: the Ray call floor that benchmarks compare against."""
+        return None
+
+    async def close(self) -> None:
+        """Unload the partition (parked requests get NOT_COORDINATOR) and release its log."""
+        if self._started:
+            await self._loaded
+        ctx = self._runtime.unload(self.partition, None)
+        if ctx is not None and ctx.log is not None:
+            plog, ctx.log = ctx.log, None
+            await asyncio.get_running_loop().run_in_executor(self._io, plog.close)
