@@ -121,7 +121,9 @@ class OffsetsMixin:
     # ------------------------------------------------------------------------------------------
     def delete_groups(self, group_ids: list[str]) -> dict[str, Errors]:
         result: dict[str, Errors] = {}
-        for group_id in group_ids:
+        # KafkaApis#handleDeleteGroupsRequest de-duplicates the ids: a repeated id is deleted once and
+        # answered once (not NONE and then GROUP_ID_NOT_FOUND for the same group).
+        for group_id in dict.fromkeys(group_ids):
             group = self.groups.get(group_id)
             if group is None or group.is_in(GroupState.DEAD):
                 result[group_id] = Errors.GROUP_ID_NOT_FOUND

@@ -326,3 +326,13 @@ def test_blank_group_id_for_delete_groups_and_offset_delete():
     assert delete_groups(ctx, "") == {"": Errors.NONE}
     assert ctx.coord.group_state_for_testing("") is None
     ctx.assert_replay_matches()
+
+
+def test_delete_groups_with_a_repeated_group_id_deletes_it_once():
+    # KafkaApis#handleDeleteGroupsRequest de-duplicates the group ids before the coordinator sees them.
+    ctx = Ctx()
+    ctx.commit({T0: (1, "")})
+    assert delete_groups(ctx, GROUP, GROUP) == {GROUP: Errors.NONE}
+    assert ctx.records()[1:] == [offset_tombstone(GROUP, "foo", 0), group_tombstone(GROUP)]
+    assert ctx.state() is None
+    ctx.assert_replay_matches()

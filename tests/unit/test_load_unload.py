@@ -347,3 +347,43 @@ def test_group_within_max_size_is_stable_after_load(tmp_path):
     ctx = Ctx(config={"group.max.size": 2}, log_dir=tmp_path, now_ms=first.clock.now_ms())
     assert ctx.state() == "Stable"
     ctx.coord.close()
+
+
+def test_every_offset_field_survives_a_restart_on_the_file_log(tmp_path):
+    first = Ctx(log_dir=tmp_path, now_ms=1_000)
+    first.commit({T0: (10, None, 7), T1: (11, "grüße \U0001F600")}, retention_time_ms=5_000)
+    first.clock.advance(1)
+    first.commit({T1: (12, "")}, group_id="other")
+    f = first.join(group_id="members", group_instance_id="inst")
+    first.clock.advance(1)
+    r = f.result(timeout=0)
+    gen, m1 = r.generation_id, r.member_id
+    assert first.sync(m1, gen, {m1: b"a"}, group_id="members", group_instance_id="inst").result(
+        timeout=0).error is Errors.NONE
+    durable = first.coord.durable_state_for_testing(0).copy()
+    records = first.records()
+    first.coord.close()
+    ctx = Ctx(log_dir=tmp_path, now_ms=first.clock.now_ms())
+    assert ctx.records() == records
+    assert ctx.coord.durable_state_for_testing(0) == durable
+    assert ctx.fetch([T0, T1]).offsets == {T0: (10, 7, "", Errors.NONE), T1: (11, -1, "grüße \U0001F600", Errors.NONE)}
+    assert ctx.coord.durable_state_for_testing(0).offset(GROUP, "foo", 0).expire_timestamp_ms == 6_000
+    assert ctx.state("members") == "Stable"
+    assert ctx.heartbeat(m1, gen, group_id="members", group_instance_id="inst").error is Errors.NONE
+    ctx.assert_replay_matches()
+    ctx.coord.close()
+
+
+def test_partition_not_owned_at_start_can_be_loaded_later():
+    from raygroups.testing import InProcessCoordinator, ManualClock
+
+    coord = InProcessCoordinator(num_partitions=2, owned_partitions={0}, clock=ManualClock(0))
+    assert coord.describe_groups(["otherGroup"]).result(timeout=0)[0].error is Errors.NOT_COORDINATOR
+    assert coord.commit_offsets(group_id="otherGroup", offsets={T0: (1, "")}).result(timeout=0).errors == {
+        T0: Errors.NOT_COORDINATOR
+    }
+    assert coord.load(1, 0) is not None
+    assert coord.commit_offsets(group_id="otherGroup", offsets={T0: (1, "")}).result(timeout=0).errors == {
+        T0: Errors.NONE
+    }
+    assert coord.group_state_for_testing("otherGroup") == "Empty"
