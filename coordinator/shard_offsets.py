@@ -174,8 +174,11 @@ class OffsetsMixin:
             ]
             protocol_data = group.protocol_name or ""
         else:
+            # Kafka's new coordinator (ClassicGroupMember#describeNoMetadata): no protocol metadata while
+            # rebalancing, but the member's current assignment is still reported (the Scala coordinator's
+            # summaryNoMetadata left it empty; we follow the new coordinator, issue 2).
             members = [
-                DescribedMember(m.member_id, m.group_instance_id, m.client_id, m.client_host, b"", b"")
+                DescribedMember(m.member_id, m.group_instance_id, m.client_id, m.client_host, b"", m.assignment)
                 for m in group.members.values()
             ]
             protocol_data = ""

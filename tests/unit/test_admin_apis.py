@@ -118,19 +118,39 @@ def test_describe_stable_group_has_protocol_and_member_metadata_and_assignment()
 
 
 def test_describe_rebalancing_group_has_no_protocol_and_no_member_metadata():
+    # GroupMetadataManagerTest#testDescribeGroupRebalancing: the new coordinator describes the members
+    # without metadata but *with* their current assignment (ClassicGroupMember#describeNoMetadata); the
+    # reference's §1.2 row ("without metadata/assignment") is the Scala coordinator's summaryNoMetadata.
     ctx = Ctx()
     gen, (m1, m2), leader = ctx.stable_group(2, rebalance_timeout_ms=60_000)
     ctx.join(member_id=leader, rebalance_timeout_ms=60_000)
     [d] = describe(ctx, GROUP)
     assert (d.group_state, d.protocol_type, d.protocol_data) == ("PreparingRebalance", "consumer", "")
     assert d.members == [
-        DescribedMember(m1, None, "client", "/127.0.0.1", b"", b""),
-        DescribedMember(m2, None, "client", "/127.0.0.1", b"", b""),
+        DescribedMember(m1, None, "client", "/127.0.0.1", b"", m1.encode()),
+        DescribedMember(m2, None, "client", "/127.0.0.1", b"", m2.encode()),
     ]
     ctx.join(member_id=m2, rebalance_timeout_ms=60_000)
     [d] = describe(ctx, GROUP)
     assert (d.group_state, d.protocol_data) == ("CompletingRebalance", "")
-    assert [(m.metadata, m.assignment) for m in d.members] == [(b"", b""), (b"", b"")]
+    # The assignment of the previous generation until the leader's SyncGroup replaces it.
+    assert [(m.metadata, m.assignment) for m in d.members] == [(b"", m1.encode()), (b"", m2.encode())]
+
+
+def test_describe_group_after_a_sync_error_shows_the_reset_assignment():
+    # A failed assignment write resets every member's assignment (resetAndPropagateAssignmentWithError)
+    # and the group rebalances: the describe shows the empty assignments.
+    ctx = Ctx()
+    gen, (m1, m2), leader = ctx.stable_group(2, rebalance_timeout_ms=60_000)
+    j1 = ctx.join(member_id=m1, rebalance_timeout_ms=60_000)
+    ctx.join(member_id=m2, rebalance_timeout_ms=60_000)
+    new_gen = j1.result(timeout=0).generation_id
+    ctx.coord.fail_next_append_for_testing(0, Errors.NOT_ENOUGH_REPLICAS)
+    lead = ctx.sync(m1, new_gen, {m1: b"x", m2: b"y"}).result(timeout=0)
+    assert lead.error is Errors.COORDINATOR_NOT_AVAILABLE
+    [d] = describe(ctx, GROUP)
+    assert d.group_state == "PreparingRebalance"
+    assert [(m.member_id, m.metadata, m.assignment) for m in d.members] == [(m1, b"", b""), (m2, b"", b"")]
 
 
 def test_describe_empty_unknown_and_blank_group_ids():
