@@ -170,3 +170,35 @@ def test_failed_expiration_of_a_stable_consumer_group_keeps_it_stable():
     assert ctx.records()[-1] == offset_tombstone(GROUP, "bar", 0)
     assert ctx.state() == "Stable"
     ctx.assert_replay_matches()
+
+
+def test_failed_delete_groups_answers_every_group_of_the_partition_with_the_mapped_error():
+    # Kafka fails the whole write of that coordinator partition: every group in it gets the error,
+    # including one that would have been NON_EMPTY_GROUP; groups of other partitions are unaffected.
+    ctx = Ctx(num_partitions=2)
+    ctx.commit({T0: (1, "")}, group_id="groupId")           # partition 0
+    ctx.stable_group(1, group_id="my-group")                # partition 0 as well (hash 12 % 2)
+    ctx.commit({T0: (2, "")}, group_id="otherGroup")        # partition 1
+    records0, records1 = ctx.records(0), ctx.records(1)
+    fail_next_append(ctx, Errors.NOT_ENOUGH_REPLICAS, partition=0)
+    result = ctx.coord.delete_groups(["groupId", "my-group", "otherGroup"]).result(timeout=0)
+    assert result == {
+        "groupId": Errors.COORDINATOR_NOT_AVAILABLE,
+        "my-group": Errors.COORDINATOR_NOT_AVAILABLE,
+        "otherGroup": Errors.NONE,
+    }
+    assert ctx.records(0) == records0
+    assert ctx.records(1)[len(records1):] == [offset_tombstone("otherGroup", "foo", 0), group_tombstone("otherGroup")]
+    assert (ctx.state("groupId"), ctx.state("my-group"), ctx.state("otherGroup")) == ("Empty", "Stable", None)
+    ctx.assert_replay_matches(0)
+    ctx.assert_replay_matches(1)
+
+
+def test_failed_simple_commit_then_fetch_all_sees_nothing_and_list_is_empty_after_reload():
+    ctx = Ctx()
+    fail_next_append(ctx, Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
+    assert ctx.commit({T0: (1, "")}).errors == {T0: Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND}
+    ctx.coord.unload(0, 0)
+    ctx.coord.load(0, 1)
+    assert ctx.state() is None
+    assert ctx.fetch(None).offsets == {}

@@ -290,6 +290,28 @@ def test_members_of_a_lost_rebalance_must_rejoin_after_reload():
     ctx.assert_replay_matches()
 
 
+def test_after_reload_a_rejoin_puts_the_others_into_rebalance_in_progress():
+    # The leader's parked JoinGroup was answered NOT_COORDINATOR; it finds the new coordinator and
+    # rejoins. The follower, still at the persisted generation, gets REBALANCE_IN_PROGRESS on SyncGroup
+    # and Heartbeat and rejoins too; the rebalance then completes normally.
+    ctx = Ctx()
+    gen, (m1, m2), leader = ctx.stable_group(2, rebalance_timeout_ms=60_000)
+    parked = ctx.join(member_id=leader, rebalance_timeout_ms=60_000)
+    reload(ctx, 0, 1)
+    assert parked.result(timeout=0).error is Errors.NOT_COORDINATOR
+    assert ctx.state() == "Stable"
+    rejoin = ctx.join(member_id=leader, rebalance_timeout_ms=60_000)
+    assert not rejoin.done()
+    assert ctx.state() == "PreparingRebalance"
+    assert ctx.sync(m2, gen).result(timeout=0).error is Errors.REBALANCE_IN_PROGRESS
+    assert ctx.heartbeat(m2, gen).error is Errors.REBALANCE_IN_PROGRESS
+    assert ctx.commit({T0: (3, "")}, generation_id=gen, member_id=m2).errors == {T0: Errors.NONE}
+    follower = ctx.join(member_id=m2, rebalance_timeout_ms=60_000).result(timeout=0)
+    assert (follower.error, follower.generation_id) == (Errors.NONE, gen + 1)
+    assert rejoin.result(timeout=0).generation_id == gen + 1
+    ctx.assert_replay_matches()
+
+
 def test_first_rebalance_lost_leaves_an_empty_group():
     ctx = Ctx()
     f = ctx.join_new_dynamic()
