@@ -37,5 +37,5 @@ def create_shard(partition: int, namespace: str, num_partitions: int, config: di
                  on_coordinator_nodes: bool = False):
     cls = ray.remote(CoordinatorShard)
     return cls.options(**shard_actor_options(partition, namespace, on_coordinator_nodes)).remote(
-        partition, num_partitions, config, data_dir, leader_epoch, topics,
+        partition, num_partitions, config, data_dir, leader_epoch, topics, namespace,
     )

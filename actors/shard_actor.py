@@ -26,6 +26,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from actors.metadata import read_topics
 from actors.timers import AsyncioTimers, WallClock
 from coordinator.api import dispatch
 from coordinator.config import CoordinatorConfig
@@ -59,12 +60,15 @@ class CoordinatorShard:
         data_dir: str,
         leader_epoch: int = 0,
         topics: dict[str, int] | None = None,
+        namespace: str | None = None,
     ) -> None:
         self.partition = partition
         self.config = CoordinatorConfig.from_properties(config)
         self.data_dir = data_dir
         self._epoch = leader_epoch
         self._topics: dict[str, int] = dict(topics or {})
+        # The deployment's namespace, where its metadata lives in the GCS (None outside Ray).
+        self._namespace = namespace
         self._io = ThreadPoolExecutor(1, thread_name_prefix=f"shard-{partition}-io")
         self._runtime = CoordinatorRuntime(
             num_partitions, self.config, WallClock(), AsyncioTimers, _new_member_id,
@@ -116,6 +120,9 @@ class CoordinatorShard:
             ctx.epoch = max(ctx.epoch, plog.latest_epoch + 1)
             ctx.log = plog
             self._load_summary = await loop.run_in_executor(self._io, replay, plog, ctx.shard.state)
+            if self._namespace is not None:
+                # Topic metadata lives in the GCS; a restarted instance must not forget it.
+                self._topics = await loop.run_in_executor(self._io, read_topics, self._namespace)
             self._runtime.complete_load(ctx)
             log.info("shard %d loaded %s at epoch %d", self.partition, self._load_summary, ctx.epoch)
         except Exception as e:  # a corrupt or unreadable log: stay unavailable rather than serve partial state
@@ -180,7 +187,7 @@ class CoordinatorShard:
     async def handle(self, request: Any) -> Any:
         """Answer one request of the group API (a validated request object of ``coordinator``)."""
         self._ensure_started()
-        if type(request) is OffsetCommitRequest and self._topics is not None:
+        if type(request) is OffsetCommitRequest and self._ctx.state is PartitionState.ACTIVE:
             return await self._commit_known_topics(request)
         return await self._dispatch(request)
 
@@ -235,6 +242,8 @@ class CoordinatorShard:
             "load_error": self._load_error,
             "groups": 0 if self._ctx.shard is None else len(self._ctx.shard.groups),
             "pid": os.getpid(),
+            "namespace": self._namespace,
+            "topics": len(self._topics),
             **self._stats,
         }
 

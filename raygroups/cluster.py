@@ -7,7 +7,6 @@ topic metadata in Ray's GCS key-value store, so that ``connect`` and restarted s
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -16,26 +15,15 @@ import uuid
 from typing import Any
 
 import ray
-from ray.experimental import internal_kv
 
 from actors.factory import create_shard
+from actors.metadata import DEPLOYMENT_KEY, TOPICS_KEY, kv_delete, kv_get_json, kv_put_json, read_topics
 from actors.shard_actor import shard_name
 from coordinator.config import CoordinatorConfig
 from coordinator.messages import check_int, check_type
 from raygroups.client import RayGroupClient
 
-_DEPLOYMENT_KEY = b"raygroups/deployment"
-_TOPICS_KEY = b"raygroups/topics"
 READY_TIMEOUT_S = 120
-
-
-def _kv_get_json(key: bytes, namespace: str) -> Any:
-    raw = internal_kv._internal_kv_get(key, namespace=namespace)
-    return None if raw is None else json.loads(raw)
-
-
-def _kv_put_json(key: bytes, value: Any, namespace: str) -> None:
-    internal_kv._internal_kv_put(key, json.dumps(value).encode(), overwrite=True, namespace=namespace)
 
 
 class Cluster:
@@ -79,7 +67,22 @@ class Cluster:
         return ray.get_actor(shard_name(partition), namespace=self.namespace)
 
     def shard_status(self, timeout_s: float = 30) -> list[dict]:
-        return ray.get([self.shard(p).status.remote() for p in range(self.num_partitions)], timeout=timeout_s)
+        """Each shard's ``status()``; a shard that cannot answer (restarting, dead) shows as UNAVAILABLE."""
+        refs = []
+        for p in range(self.num_partitions):
+            try:
+                refs.append(self.shard(p).status.remote())
+            except ValueError:
+                refs.append(None)
+        out = []
+        for p, ref in enumerate(refs):
+            try:
+                out.append(ray.get(ref, timeout=timeout_s) if ref is not None else None)
+            except (ray.exceptions.RayError, TimeoutError):
+                out.append(None)
+            if out[-1] is None:
+                out[-1] = {"partition": p, "state": "UNAVAILABLE", "pid": None, "leader_epoch": None}
+        return out
 
     def kill_shard(self, partition: int) -> None:
         """Kill a shard's process the way a crash would; Ray restarts it and it replays its log."""
@@ -96,11 +99,11 @@ class Cluster:
         if name in topics and topics[name] > partitions:
             raise ValueError(f"topic {name!r} already has {topics[name]} partitions; cannot shrink to {partitions}")
         topics[name] = partitions
-        _kv_put_json(_TOPICS_KEY, topics, self.namespace)
+        kv_put_json(TOPICS_KEY, topics, self.namespace)
         ray.get([self.shard(p).set_topics.remote(topics) for p in range(self.num_partitions)], timeout=60)
 
     def topics(self) -> dict[str, int]:
-        return dict(_kv_get_json(_TOPICS_KEY, self.namespace) or {})
+        return read_topics(self.namespace)
 
     # ------------------------------------------------------------------------------------------
     def shutdown(self) -> None:
@@ -124,8 +127,8 @@ class Cluster:
                 pass
             for h in handles:
                 ray.kill(h, no_restart=True)
-            for key in (_DEPLOYMENT_KEY, _TOPICS_KEY):
-                internal_kv._internal_kv_del(key, namespace=self.namespace)
+            for key in (DEPLOYMENT_KEY, TOPICS_KEY):
+                kv_delete(key, self.namespace)
         if self._owns_ray and ray.is_initialized():
             ray.shutdown()
         if self._owns_data_dir:
@@ -149,9 +152,9 @@ def start_local(num_partitions: int = 8, data_dir: str | os.PathLike | None = No
     owns_data_dir = data_dir is None
     data_dir = tempfile.mkdtemp(prefix="raygroups-") if data_dir is None else os.fspath(data_dir)
     os.makedirs(data_dir, exist_ok=True)
-    if _kv_get_json(_DEPLOYMENT_KEY, namespace) is not None:
+    if kv_get_json(DEPLOYMENT_KEY, namespace) is not None:
         raise ValueError(f"namespace {namespace!r} already holds a raygroups deployment; use connect()")
-    _kv_put_json(_DEPLOYMENT_KEY, {"num_partitions": num_partitions, "config": cfg.to_properties(),
+    kv_put_json(DEPLOYMENT_KEY, {"num_partitions": num_partitions, "config": cfg.to_properties(),
                                    "data_dir": os.path.abspath(data_dir)}, namespace)
     cluster = Cluster(namespace, num_partitions, cfg, data_dir, created=True, owns_ray=owns_ray,
                       owns_data_dir=owns_data_dir)
@@ -173,7 +176,7 @@ def connect(address: str = "auto", namespace: str | None = None) -> Cluster:
     check_type("namespace", namespace, str)
     if not ray.is_initialized():
         ray.init(address=address, log_to_driver=False)
-    deployment = _kv_get_json(_DEPLOYMENT_KEY, namespace)
+    deployment = kv_get_json(DEPLOYMENT_KEY, namespace)
     if deployment is None:
         raise ValueError(f"no raygroups deployment in namespace {namespace!r}")
     cfg = CoordinatorConfig.from_properties(deployment["config"])

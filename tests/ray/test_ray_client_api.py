@@ -1,0 +1,111 @@
+"""The full client API against real shard actors (a subset of the core's scenarios through
+``cluster.client()``), topic validation, bad input, and the error mapping of unavailable shards."""
+
+from __future__ import annotations
+
+import pytest
+
+from coordinator.consumer_protocol import Subscription, encode_subscription
+from raygroups import Errors, partition_for
+
+pytestmark = pytest.mark.ray
+
+SUB = encode_subscription(Subscription(topics=("orders",)))
+
+
+def _join(client, member_id="", group_id="g", **kw):
+    args = dict(group_id=group_id, member_id=member_id, protocol_type="consumer", protocols=[("range", SUB)],
+                session_timeout_ms=10_000, rebalance_timeout_ms=10_000, client_id="c")
+    args.update(kw)
+    return client.join_group(**args)
+
+
+def _stable_member(client, group_id="g"):
+    first = _join(client, group_id=group_id).result(30)
+    assert first.error is Errors.MEMBER_ID_REQUIRED
+    joined = _join(client, first.member_id, group_id=group_id).result(30)
+    assert joined.error is Errors.NONE and joined.generation_id == 1 and joined.leader == first.member_id
+    synced = client.sync_group(group_id=group_id, generation_id=1, member_id=joined.member_id,
+                               assignments={joined.member_id: b"orders-0"}).result(30)
+    assert synced.error is Errors.NONE and synced.assignment == b"orders-0"
+    return joined.member_id
+
+
+def test_group_lifecycle_through_the_ray_client(cluster):
+    cluster.create_topic("orders", 2)
+    client = cluster.client()
+    member = _stable_member(client)
+    assert client.heartbeat(group_id="g", generation_id=1, member_id=member).result(30).error is Errors.NONE
+    assert client.heartbeat(group_id="g", generation_id=2, member_id=member).result(30).error is Errors.ILLEGAL_GENERATION
+    commit = client.commit_offsets(group_id="g", offsets={("orders", 0): (7, "meta", 3)}, generation_id=1,
+                                   member_id=member).result(30)
+    assert commit.errors == {("orders", 0): Errors.NONE}
+    fetched = client.fetch_offsets(group_id="g", partitions=[("orders", 0), ("orders", 1)]).result(30)
+    assert fetched.offsets[("orders", 0)][:3] == (7, 3, "meta")
+    assert fetched.offsets[("orders", 1)][:3] == (-1, -1, "")
+    listed = client.list_groups(states_filter=["stable"]).result(30)
+    assert [(g.group_id, g.group_state) for g in listed.groups] == [("g", "Stable")]
+    described = client.describe_groups(["g", "unknown"]).result(30)
+    assert described[0].group_state == "Stable" and described[0].members[0].assignment == b"orders-0"
+    assert described[1].group_state == "Dead"
+    assert client.delete_groups(["g"]).result(30) == {"g": Errors.NON_EMPTY_GROUP}
+    left = client.leave_group(group_id="g", members=[(member, None)]).result(30)
+    assert left.members[0].error is Errors.NONE
+    assert client.describe_groups(["g"]).result(30)[0].group_state == "Empty"
+    deleted = client.delete_offsets(group_id="g", partitions=[("orders", 0)]).result(30)
+    assert deleted.error is Errors.NONE and deleted.errors == {("orders", 0): Errors.NONE}
+    assert client.delete_groups(["g", "unknown"]).result(30) == {"g": Errors.NONE, "unknown": Errors.GROUP_ID_NOT_FOUND}
+
+
+def test_groups_spread_over_shards_and_list_groups_fans_out(cluster):
+    cluster.create_topic("orders", 1)
+    client = cluster.client()
+    groups = [f"group-{i}" for i in range(12)]
+    assert len({partition_for(g, cluster.num_partitions) for g in groups}) == cluster.num_partitions
+    for g in groups:
+        r = client.commit_offsets(group_id=g, offsets={("orders", 0): (1, "")}).result(30)
+        assert r.errors == {("orders", 0): Errors.NONE}
+    listed = client.list_groups().result(30)
+    assert listed.error is Errors.NONE
+    assert sorted(g.group_id for g in listed.groups) == sorted(groups)
+    assert {g.group_state for g in listed.groups} == {"Empty"}
+
+
+def test_commits_to_unregistered_topics_or_partitions_fail_per_partition(cluster):
+    cluster.create_topic("orders", 2)
+    client = cluster.client()
+    r = client.commit_offsets(group_id="g", offsets={("orders", 1): (5, ""), ("orders", 2): (5, ""),
+                                                     ("nope", 0): (5, "")}).result(30)
+    assert r.errors == {("orders", 1): Errors.NONE, ("orders", 2): Errors.UNKNOWN_TOPIC_OR_PARTITION,
+                        ("nope", 0): Errors.UNKNOWN_TOPIC_OR_PARTITION}
+    fetched = client.fetch_offsets(group_id="g").result(30)
+    assert list(fetched.offsets) == [("orders", 1)]
+    with pytest.raises(ValueError, match="shrink"):
+        cluster.create_topic("orders", 1)
+    assert cluster.topics() == {"orders": 2}
+
+
+def test_bad_input_raises_in_the_caller_and_changes_nothing(cluster):
+    cluster.create_topic("orders", 1)
+    client = cluster.client()
+    with pytest.raises(TypeError, match="session_timeout_ms"):
+        _join(client, session_timeout_ms="soon")
+    with pytest.raises(ValueError, match="partition"):
+        client.commit_offsets(group_id="g", offsets={("orders", -1): (1, "")})
+    with pytest.raises(TypeError, match="group_ids"):
+        client.describe_groups("g")
+    assert _join(client, group_id=None).result(30).error is Errors.INVALID_GROUP_ID
+    assert client.list_groups().result(30).groups == []
+
+
+def test_a_shard_that_never_comes_back_surfaces_not_coordinator_after_the_timeout(ray_session, tmp_path):
+    import ray
+
+    from raygroups.cluster import start_local
+
+    with start_local(num_partitions=1, data_dir=tmp_path, config={"request.timeout.ms": 1_000},
+                     namespace="test-gone") as c:
+        c.create_topic("orders", 1)
+        ray.kill(c.shard(0), no_restart=True)
+        r = c.client().commit_offsets(group_id="g", offsets={("orders", 0): (1, "")}).result(30)
+        assert r.errors == {("orders", 0): Errors.NOT_COORDINATOR}
