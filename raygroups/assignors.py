@@ -1,12 +1,42 @@
-"""Client-side partition assignors (the group leader runs them over the members' subscriptions).
+"""Client-side partition assignors: the group leader runs one over the members' subscriptions.
 
-``range`` follows Kafka's ``RangeAssignor``: per topic, members sorted by member id, each gets
-``n // m`` consecutive partitions and the first ``n % m`` members one more.
+Four assignors with the semantics of Kafka's client assignors of the same names:
+
+* ``range`` (``RangeAssignor``): per topic, the subscribed members sorted by member id; each gets
+  ``n // m`` consecutive partitions and the first ``n % m`` members one more.
+* ``roundrobin`` (``RoundRobinAssignor``): every subscribed partition, sorted by (topic, partition),
+  dealt round-robin over the members sorted by id, skipping members not subscribed to its topic.
+* ``sticky`` (``StickyAssignor``, EAGER): a balanced assignment that keeps as many partitions as
+  possible with their previous owner, read from the member's user data (Kafka's own format).
+* ``cooperative-sticky`` (``CooperativeStickyAssignor``, COOPERATIVE, KIP-429): the same target,
+  computed from ``owned_partitions``, except that a partition moving between two members is handed
+  to nobody in this round; its owner revokes it and rejoins, and the next rebalance assigns it.
+
+The assignors work on decoded :class:`~coordinator.consumer_protocol.Subscription` objects and
+return decoded :class:`~coordinator.consumer_protocol.Assignment` objects; they are pure and
+deterministic (the same input gives the same output, whatever the order of the mappings).
+Rack-aware placement is not implemented: partitions carry no replica racks here.
+
+``range_assign(subscriptions, partitions_per_topic)`` is the plain-data form of ``range`` used by
+the demo: member id -> topics in, member id -> [(topic, partition)] out.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import struct
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from coordinator.consumer_protocol import Assignment, Subscription
+
+TopicPartition = tuple[str, int]
+
+EAGER = "EAGER"
+COOPERATIVE = "COOPERATIVE"
+#: Kafka's ``AbstractStickyAssignor.DEFAULT_GENERATION``: "no generation known".
+DEFAULT_GENERATION = -1
 
 
 def range_assign(
@@ -27,3 +57,474 @@ def range_assign(
             assignment[member].extend((topic, p) for p in range(start, start + count))
             start += count
     return assignment
+
+
+class Assignor(ABC):
+    """A client-side partition assignor (Kafka's ``ConsumerPartitionAssignor``).
+
+    ``assign`` returns an entry for every member in ``subscriptions`` (possibly empty) and never
+    assigns a partition to a member not subscribed to its topic, nor a partition of a topic that is
+    missing from ``partitions_per_topic`` or has no partitions. It does not validate that members'
+    claims (owned partitions, generations) are truthful: stale or conflicting claims are resolved
+    as Kafka does (the higher generation wins; a tie in the same generation invalidates the claim).
+    """
+
+    name: str = ""
+    #: The rebalance protocol the assignor is designed for (Kafka's ``RebalanceProtocol``).
+    protocol: str = EAGER
+    #: Every protocol the assignor can run under, preferred first.
+    supported_protocols: tuple[str, ...] = (EAGER,)
+
+    def subscription_user_data(
+        self,
+        topics: Iterable[str],
+        assignment: Assignment | Iterable[TopicPartition] | None = None,
+        generation: int | None = None,
+    ) -> bytes | None:
+        """The ``user_data`` this member puts in its Subscription (``None``: nothing)."""
+        return None
+
+    @abstractmethod
+    def assign(
+        self, partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, Subscription]
+    ) -> dict[str, Assignment]:
+        """member id -> Assignment, for every member in ``subscriptions``."""
+
+    def on_assignment(self, assignment: Assignment | Iterable[TopicPartition], generation: int) -> None:
+        """Called on every member when SyncGroup hands it ``assignment`` in ``generation``."""
+        return None
+
+
+# --------------------------------------------------------------------------------------------
+# shared helpers
+
+
+def _validate(partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, Subscription]) -> None:
+    for topic, n in partitions_per_topic.items():
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise ValueError(f"partitions_per_topic[{topic!r}] must be an int >= 0, got {n!r}")
+    for member_id, sub in subscriptions.items():
+        if not isinstance(sub, Subscription):
+            raise TypeError(f"subscriptions[{member_id!r}] must be a Subscription, got {type(sub).__name__}")
+
+
+def _effective_topics(
+    partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, Subscription]
+) -> dict[str, frozenset[str]]:
+    """member id -> subscribed topics that exist and have at least one partition."""
+    return {
+        m: frozenset(t for t in sub.topics if partitions_per_topic.get(t, 0) > 0)
+        for m, sub in subscriptions.items()
+    }
+
+
+def _to_assignments(plan: Mapping[str, Iterable[TopicPartition]]) -> dict[str, Assignment]:
+    return {m: Assignment(partitions=tuple(sorted(tps))) for m, tps in sorted(plan.items())}
+
+
+def _partitions_of(assignment: Assignment | Iterable[TopicPartition] | None) -> list[TopicPartition]:
+    if assignment is None:
+        return []
+    tps = assignment.partitions if isinstance(assignment, Assignment) else assignment
+    return [(str(t), int(p)) for t, p in tps]
+
+
+# --------------------------------------------------------------------------------------------
+# range and roundrobin
+
+
+class RangeAssignor(Assignor):
+    """Kafka's ``RangeAssignor``: per topic, consecutive ranges over the members sorted by id.
+
+    Guarantees: for each topic, every partition goes to exactly one subscribed member; the counts of
+    one topic differ by at most one, the lower member ids getting the extra partitions. It does not
+    balance across topics (with many topics the first members get more) and is not sticky.
+    """
+
+    name = "range"
+
+    def assign(self, partitions_per_topic, subscriptions):
+        _validate(partitions_per_topic, subscriptions)
+        plan = range_assign({m: tuple(s.topics) for m, s in subscriptions.items()}, partitions_per_topic)
+        return _to_assignments(plan)
+
+
+class RoundRobinAssignor(Assignor):
+    """Kafka's ``RoundRobinAssignor``: all partitions, sorted by (topic, partition), dealt in turn.
+
+    Guarantees: every subscribed partition goes to exactly one subscribed member; when all members
+    have identical subscriptions their counts differ by at most one. With different subscriptions
+    it can be unbalanced (the cursor skips members not subscribed to a topic) and it is not sticky.
+    """
+
+    name = "roundrobin"
+
+    def assign(self, partitions_per_topic, subscriptions):
+        _validate(partitions_per_topic, subscriptions)
+        topics_of = _effective_topics(partitions_per_topic, subscriptions)
+        members = sorted(subscriptions)
+        plan: dict[str, list[TopicPartition]] = {m: [] for m in members}
+        cursor = 0
+        for topic in sorted(set().union(*topics_of.values()) if members else ()):
+            for partition in range(partitions_per_topic[topic]):
+                # someone subscribes to ``topic``, so this stops within one lap
+                while topic not in topics_of[members[cursor % len(members)]]:
+                    cursor += 1
+                plan[members[cursor % len(members)]].append((topic, partition))
+                cursor += 1
+        return _to_assignments(plan)
+
+
+# --------------------------------------------------------------------------------------------
+# what sticky members say they owned
+
+
+@dataclass(frozen=True)
+class MemberData:
+    """A member's claim: the partitions it owned before this rebalance and the generation it owned
+    them in (``DEFAULT_GENERATION`` when unknown, e.g. from a client that never said)."""
+
+    partitions: tuple[TopicPartition, ...] = ()
+    generation: int = DEFAULT_GENERATION
+
+
+class _Cursor:
+    def __init__(self, data: bytes) -> None:
+        self.data = bytes(data)
+        self.pos = 0
+
+    def take(self, fmt: str) -> int:
+        size = struct.calcsize(fmt)
+        if self.pos + size > len(self.data):
+            raise ValueError("truncated user data")
+        (value,) = struct.unpack_from(fmt, self.data, self.pos)
+        self.pos += size
+        return value
+
+    def count(self) -> int:
+        n = self.take(">i")
+        if n < 0 or n > len(self.data) - self.pos:
+            raise ValueError(f"invalid array length {n}")
+        return n
+
+    def string(self) -> str:
+        n = self.take(">h")
+        if n < 0 or self.pos + n > len(self.data):
+            raise ValueError(f"invalid string length {n}")
+        s = self.data[self.pos : self.pos + n].decode("utf-8")
+        self.pos += n
+        return s
+
+
+def encode_sticky_user_data(partitions: Iterable[TopicPartition], generation: int | None) -> bytes:
+    """Kafka's ``StickyAssignor`` user data: ``[topic [partition]]`` then, in v1, ``generation``.
+
+    Byte-compatible with Kafka's ``STICKY_ASSIGNOR_USER_DATA_V1`` (``V0`` when ``generation`` is
+    ``None``): int32 array lengths, int16-prefixed UTF-8 topic names, int32 partitions and generation.
+    """
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in sorted(set(partitions)):
+        by_topic.setdefault(topic, []).append(partition)
+    out = [struct.pack(">i", len(by_topic))]
+    for topic, ps in by_topic.items():
+        name = topic.encode("utf-8")
+        out.append(struct.pack(">h", len(name)) + name + struct.pack(f">i{len(ps)}i", len(ps), *ps))
+    if generation is not None:
+        out.append(struct.pack(">i", generation))
+    return b"".join(out)
+
+
+def decode_sticky_user_data(data: bytes) -> MemberData:
+    """Inverse of :func:`encode_sticky_user_data`, v0 or v1. Like Kafka, data that cannot be parsed
+    is taken as "no previous assignment" rather than failing the whole rebalance."""
+    try:
+        r = _Cursor(data)
+        partitions = []
+        for _ in range(r.count()):
+            topic = r.string()
+            partitions.extend((topic, r.take(">i")) for _ in range(r.count()))
+        generation = r.take(">i") if len(r.data) - r.pos >= 4 else DEFAULT_GENERATION
+    except (ValueError, UnicodeDecodeError, struct.error):
+        return MemberData()
+    return MemberData(tuple(partitions), generation)
+
+
+def encode_cooperative_user_data(generation: int) -> bytes:
+    """Kafka's ``CooperativeStickyAssignor`` user data: the int32 generation of the last assignment."""
+    return struct.pack(">i", generation)
+
+
+def decode_cooperative_user_data(data: bytes | None) -> int:
+    if data is None or len(data) < 4:
+        return DEFAULT_GENERATION
+    return struct.unpack_from(">i", data)[0]
+
+
+# --------------------------------------------------------------------------------------------
+# the sticky target
+
+
+@dataclass
+class _StickyPlan:
+    target: dict[str, list[TopicPartition]]
+    #: member id -> previously owned partitions it validly still holds (claims after resolution)
+    owned: dict[str, set[TopicPartition]]
+
+
+def _resolve_claims(
+    partitions_per_topic: Mapping[str, int],
+    topics_of: Mapping[str, frozenset[str]],
+    member_data: Mapping[str, MemberData],
+) -> dict[str, set[TopicPartition]]:
+    """member id -> the claimed partitions it may keep as "previously owned".
+
+    A claim counts only for an existing partition of a topic the member still subscribes to. When
+    several members claim a partition, the one with the highest generation keeps it; if the highest
+    generation is shared, the claim is invalid for all of them (two owners in one generation cannot
+    both be right, so neither is trusted), exactly as Kafka's ``AbstractStickyAssignor`` decides.
+    """
+    claimants: dict[TopicPartition, list[tuple[int, str]]] = {}
+    for m in sorted(member_data):
+        data = member_data[m]
+        for topic, partition in set(data.partitions):
+            if topic in topics_of[m] and 0 <= partition < partitions_per_topic[topic]:
+                claimants.setdefault((topic, partition), []).append((data.generation, m))
+    owned: dict[str, set[TopicPartition]] = {m: set() for m in member_data}
+    for tp, claims in claimants.items():
+        newest = max(g for g, _ in claims)
+        winners = [m for g, m in claims if g == newest]
+        if len(winners) == 1:
+            owned[winners[0]].add(tp)
+    return owned
+
+
+def _sticky_plan(
+    partitions_per_topic: Mapping[str, int],
+    subscriptions: Mapping[str, Subscription],
+    member_data: Mapping[str, MemberData],
+) -> _StickyPlan:
+    topics_of = _effective_topics(partitions_per_topic, subscriptions)
+    owned = _resolve_claims(partitions_per_topic, topics_of, member_data)
+    topics = sorted(set().union(*topics_of.values())) if topics_of else []
+    all_partitions = [(t, p) for t in topics for p in range(partitions_per_topic[t])]
+    if not topics_of:
+        target: dict[str, list[TopicPartition]] = {}
+    elif len(set(topics_of.values())) == 1:
+        target = _assign_uniform(all_partitions, owned)
+    else:
+        target = _assign_general(all_partitions, topics_of, owned)
+    return _StickyPlan(target, owned)
+
+
+def _kept_first(tps: Iterable[TopicPartition]) -> list[TopicPartition]:
+    # which owned partitions a member keeps when it must give some up: the lowest partition
+    # numbers across its topics (Kafka orders by partition, then topic)
+    return sorted(tps, key=lambda tp: (tp[1], tp[0]))
+
+
+def _assign_uniform(
+    all_partitions: list[TopicPartition], owned: Mapping[str, set[TopicPartition]]
+) -> dict[str, list[TopicPartition]]:
+    """Every member subscribes to the same topics: exact quotas, maximal stickiness.
+
+    With ``P`` partitions and ``M`` members, ``P % M`` members get ``P // M + 1`` and the rest
+    ``P // M``. Members first keep their owned partitions up to their quota (the extra slots go to
+    the members that own the most), then the remaining partitions, sorted, are dealt round-robin to
+    members below ``P // M`` and finally one each to members that may still take an extra one.
+    """
+    q, extra = divmod(len(all_partitions), len(owned))
+    plan: dict[str, list[TopicPartition]] = {}
+    below: list[str] = []
+    at_quota: list[str] = []
+    for m in sorted(owned, key=lambda m: (-len(owned[m]), m)):
+        keep = _kept_first(owned[m])
+        if len(keep) > q and extra > 0:
+            extra -= 1
+            plan[m] = keep[: q + 1]
+        else:
+            plan[m] = keep[:q]
+            (below if len(plan[m]) < q else at_quota).append(m)
+    taken = {tp for tps in plan.values() for tp in tps}
+    below.sort()
+    may_take_extra = deque(sorted(at_quota))
+    i = 0
+    for tp in (tp for tp in all_partitions if tp not in taken):
+        if below:
+            i %= len(below)
+            m = below[i]
+            plan[m].append(tp)
+            if len(plan[m]) == q:
+                may_take_extra.append(below.pop(i))
+            else:
+                i += 1
+        else:
+            # the counts work out exactly: only ``extra`` partitions are left at this point
+            plan[may_take_extra.popleft()].append(tp)
+    return plan
+
+
+def _assign_general(
+    all_partitions: list[TopicPartition],
+    topics_of: Mapping[str, frozenset[str]],
+    owned: Mapping[str, set[TopicPartition]],
+) -> dict[str, list[TopicPartition]]:
+    """Members subscribe to different topics: keep, fill, then move until balanced.
+
+    Every member keeps its owned partitions; each free partition (those with the fewest possible
+    consumers first) goes to the least-loaded member subscribed to its topic; then, while some member
+    B holds a partition that a member A with at least two fewer partitions could take, one such
+    partition moves from B to A (preferring partitions B did not own before). Each move strictly
+    lowers the sum of squared counts, so this ends, and it ends balanced: no member has two more
+    partitions than another member subscribed to one of its topics.
+    """
+    members = sorted(topics_of)
+    plan = {m: set(owned[m]) for m in members}
+    count = {m: len(plan[m]) for m in members}
+    eligible = {t: [m for m in members if t in topics_of[m]] for t in set().union(*topics_of.values())}
+    taken = {tp for tps in plan.values() for tp in tps}
+    free = sorted((tp for tp in all_partitions if tp not in taken), key=lambda tp: (len(eligible[tp[0]]), tp))
+    for tp in free:
+        m = min(eligible[tp[0]], key=lambda m: (count[m], m))
+        plan[m].add(tp)
+        count[m] += 1
+
+    while True:
+        move = None
+        for b in sorted(members, key=lambda m: (-count[m], m)):
+            if count[b] < 2:
+                break
+            receiver = None
+            for topic in sorted({t for t, _ in plan[b]}):
+                for a in eligible[topic]:
+                    if count[a] <= count[b] - 2 and (
+                        receiver is None or (count[a], a) < (count[receiver], receiver)
+                    ):
+                        receiver = a
+            if receiver is not None:
+                movable = [tp for tp in plan[b] if tp[0] in topics_of[receiver]]
+                tp = max(movable, key=lambda tp: (tp not in owned[b], tp[1], tp[0]))
+                move = (b, receiver, tp)
+                break
+        if move is None:
+            break
+        b, a, tp = move
+        plan[b].remove(tp)
+        plan[a].add(tp)
+        count[b] -= 1
+        count[a] += 1
+    return {m: sorted(tps) for m, tps in plan.items()}
+
+
+class _StickyBase(Assignor):
+    def __init__(self) -> None:
+        self._assignment: list[TopicPartition] | None = None
+        self._generation = DEFAULT_GENERATION
+
+    def on_assignment(self, assignment, generation):
+        self._assignment = _partitions_of(assignment)
+        self._generation = generation
+
+    @abstractmethod
+    def member_data(self, subscription: Subscription) -> MemberData:
+        """The member's claim, as this assignor reads it from the Subscription."""
+
+    def _plan(self, partitions_per_topic, subscriptions) -> _StickyPlan:
+        _validate(partitions_per_topic, subscriptions)
+        data = {m: self.member_data(s) for m, s in subscriptions.items()}
+        return _sticky_plan(partitions_per_topic, subscriptions, data)
+
+
+class StickyAssignor(_StickyBase):
+    """Kafka's ``StickyAssignor`` (EAGER): balanced first, then as sticky as possible.
+
+    Guarantees: every partition of a subscribed, existing topic goes to exactly one member subscribed
+    to it. Balanced: no member has two more partitions than another member that could take one of
+    them, so members with identical subscriptions differ by at most one. Sticky: with identical
+    subscriptions, each member keeps ``min(owned, quota)`` of its previous partitions and the larger
+    quotas go to the members that owned the most, so the fewest possible partitions move; with
+    different subscriptions a previously owned partition moves only to fix an imbalance.
+
+    The previous assignment comes from the member's user data (Kafka's format, written by
+    ``subscription_user_data`` after ``on_assignment``), else from ``owned_partitions`` and
+    ``generation_id``. Conflicting claims: the higher generation wins, a tie invalidates the claim.
+    Under EAGER, members have revoked everything before joining, so moves are safe in one round.
+    """
+
+    name = "sticky"
+
+    def subscription_user_data(self, topics, assignment=None, generation=None):
+        partitions = _partitions_of(assignment) if assignment is not None else self._assignment
+        if partitions is None:
+            return None
+        return encode_sticky_user_data(partitions, self._generation if generation is None else generation)
+
+    def member_data(self, subscription):
+        if subscription.user_data:
+            return decode_sticky_user_data(subscription.user_data)
+        return MemberData(tuple(subscription.owned_partitions), subscription.generation_id)
+
+    def assign(self, partitions_per_topic, subscriptions):
+        return _to_assignments(self._plan(partitions_per_topic, subscriptions).target)
+
+
+class CooperativeStickyAssignor(_StickyBase):
+    """Kafka's ``CooperativeStickyAssignor`` (COOPERATIVE, KIP-429 incremental rebalancing).
+
+    Computes the same balanced, sticky target as ``sticky`` from each member's ``owned_partitions``
+    and generation (``generation_id``, else the generation in its user data). Then any partition the
+    target gives to a member other than its valid previous owner, while some other member still
+    claims it, is withheld: it is in nobody's assignment this round. Its owner sees it missing,
+    revokes it (committing first) and rejoins; the follow-up rebalance assigns it. So no partition is
+    ever handed to a new owner while another member may still be consuming it, and partitions that
+    do not move stay assigned throughout and keep being consumed.
+
+    Guarantees: round one assigns each partition to at most one member and never a partition claimed
+    by another member (unless this member holds it with the higher generation); once members have
+    dropped what they lost, the next round assigns every partition (with identical subscriptions,
+    always exactly the next round). It does not guarantee balance until the follow-up round.
+    """
+
+    name = "cooperative-sticky"
+    protocol = COOPERATIVE
+    supported_protocols = (COOPERATIVE, EAGER)
+
+    def subscription_user_data(self, topics, assignment=None, generation=None):
+        return encode_cooperative_user_data(self._generation if generation is None else generation)
+
+    def member_data(self, subscription):
+        generation = subscription.generation_id
+        if generation == DEFAULT_GENERATION:
+            generation = decode_cooperative_user_data(subscription.user_data)
+        return MemberData(tuple(subscription.owned_partitions), generation)
+
+    def assign(self, partitions_per_topic, subscriptions):
+        plan = self._plan(partitions_per_topic, subscriptions)
+        claimed_by: dict[TopicPartition, set[str]] = {}
+        for m, sub in subscriptions.items():
+            for tp in sub.owned_partitions:
+                claimed_by.setdefault(tuple(tp), set()).add(m)
+        granted = {
+            m: [tp for tp in tps if tp in plan.owned[m] or not claimed_by.get(tp, set()) - {m}]
+            for m, tps in plan.target.items()
+        }
+        return _to_assignments(granted)
+
+
+# --------------------------------------------------------------------------------------------
+# registry
+
+ASSIGNORS: dict[str, type[Assignor]] = {
+    RangeAssignor.name: RangeAssignor,
+    RoundRobinAssignor.name: RoundRobinAssignor,
+    StickyAssignor.name: StickyAssignor,
+    CooperativeStickyAssignor.name: CooperativeStickyAssignor,
+}
+
+
+def get_assignor(name: str) -> Assignor:
+    """A new assignor instance by its Kafka name (``partition.assignment.strategy``)."""
+    factory = ASSIGNORS.get(name) if isinstance(name, str) else None
+    if factory is None:
+        known = ", ".join(sorted(ASSIGNORS))
+        raise ValueError(f"unknown assignor {name!r}; known assignors: {known}")
+    return factory()
