@@ -61,6 +61,7 @@ def test_list_groups_without_filters():
     assert listed(ctx) == everything
     assert listed(ctx, [], []) == everything
     assert listed(ctx, None, []) == everything
+    ctx.assert_replay_matches()
 
 
 def test_list_groups_state_filter_is_case_insensitive():
@@ -73,6 +74,7 @@ def test_list_groups_state_filter_is_case_insensitive():
     assert listed(ctx, ["CompletingRebalance"]) == []
     assert listed(ctx, ["Dead"]) == []
     assert listed(ctx, ["NoSuchState"]) == []
+    ctx.assert_replay_matches()
 
 
 def test_list_groups_type_filter():
@@ -84,6 +86,7 @@ def test_list_groups_type_filter():
     assert listed(ctx, types=["share", "Classic"]) == listed(ctx)
     assert listed(ctx, ["stable"], ["classic"]) == [("stable", "consumer", "Stable", "classic")]
     assert listed(ctx, ["stable"], ["consumer"]) == []
+    ctx.assert_replay_matches()
 
 
 def test_list_groups_with_a_loading_partition_fails_with_no_groups():
@@ -98,6 +101,7 @@ def test_list_groups_with_a_loading_partition_fails_with_no_groups():
     # A partition this coordinator does not own is skipped.
     ctx.coord.unload(1, 0)
     assert [g[0] for g in listed(ctx)] == ["groupId"]
+    ctx.assert_replay_matches(0)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -115,6 +119,7 @@ def test_describe_stable_group_has_protocol_and_member_metadata_and_assignment()
         DescribedMember(m1, None, "client", "/127.0.0.1", b"r-meta", m1.encode()),
         DescribedMember(m2, None, "client", "/127.0.0.1", b"r-meta", m2.encode()),
     ]
+    ctx.assert_replay_matches()
 
 
 def test_describe_rebalancing_group_has_no_protocol_and_no_member_metadata():
@@ -135,6 +140,7 @@ def test_describe_rebalancing_group_has_no_protocol_and_no_member_metadata():
     assert (d.group_state, d.protocol_data) == ("CompletingRebalance", "")
     # The assignment of the previous generation until the leader's SyncGroup replaces it.
     assert [(m.metadata, m.assignment) for m in d.members] == [(b"", m1.encode()), (b"", m2.encode())]
+    ctx.assert_replay_matches()
 
 
 def test_describe_group_after_a_sync_error_shows_the_reset_assignment():
@@ -151,6 +157,7 @@ def test_describe_group_after_a_sync_error_shows_the_reset_assignment():
     [d] = describe(ctx, GROUP)
     assert d.group_state == "PreparingRebalance"
     assert [(m.member_id, m.metadata, m.assignment) for m in d.members] == [(m1, b"", b""), (m2, b"", b"")]
+    ctx.assert_replay_matches()
 
 
 def test_describe_empty_unknown_and_blank_group_ids():
@@ -169,6 +176,7 @@ def test_describe_empty_unknown_and_blank_group_ids():
         )
     # Describing never creates a group.
     assert ctx.coord.group_state_for_testing("unknown") is None
+    ctx.assert_replay_matches()
 
 
 def test_describe_group_on_a_partition_not_owned_is_not_coordinator():
@@ -178,6 +186,7 @@ def test_describe_group_on_a_partition_not_owned_is_not_coordinator():
     other, mine = describe(ctx, "otherGroup", "groupId")
     assert (other.group_id, other.error) == ("otherGroup", Errors.NOT_COORDINATOR)
     assert (mine.group_id, mine.error) == ("groupId", Errors.COORDINATOR_LOAD_IN_PROGRESS)
+    ctx.assert_replay_matches(0)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -243,6 +252,7 @@ def test_delete_dead_group_is_group_id_not_found():
     before = ctx.records()
     assert delete_groups(ctx, GROUP) == {GROUP: Errors.GROUP_ID_NOT_FOUND}
     assert ctx.records() == before
+    ctx.assert_replay_matches()
 
 
 def test_delete_groups_not_owned_and_loading():
@@ -256,6 +266,7 @@ def test_delete_groups_not_owned_and_loading():
     }
     ctx.coord.set_loading_for_testing(0, False)
     assert ctx.state("groupId") == "Empty"
+    ctx.assert_replay_matches(0)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -282,6 +293,7 @@ def test_offset_delete_on_non_empty_non_consumer_group():
     resp = delete_offsets(ctx, [T0])
     assert (resp.error, resp.errors) == (Errors.NON_EMPTY_GROUP, {})
     assert ctx.records() == before
+    ctx.assert_replay_matches()
 
 
 def test_offset_delete_on_consumer_group_protects_subscribed_topics():
@@ -305,6 +317,7 @@ def test_offset_delete_on_consumer_group_with_unparseable_subscription_protects_
     resp = delete_offsets(ctx, [("bar", 0)])
     assert (resp.error, resp.errors) == (Errors.NONE, {("bar", 0): Errors.GROUP_SUBSCRIBED_TO_TOPIC})
     assert ctx.records() == before
+    ctx.assert_replay_matches()
 
 
 def test_offset_delete_on_consumer_group_in_preparing_rebalance():
@@ -316,6 +329,7 @@ def test_offset_delete_on_consumer_group_in_preparing_rebalance():
     resp = delete_offsets(ctx, [T0, ("bar", 0)])
     assert resp.errors == {T0: Errors.GROUP_SUBSCRIBED_TO_TOPIC, ("bar", 0): Errors.NONE}
     assert ctx.records()[-1] == offset_tombstone(GROUP, "bar", 0)
+    ctx.assert_replay_matches()
 
 
 @pytest.mark.parametrize("setup", ["unknown", "dead"])
@@ -328,12 +342,14 @@ def test_offset_delete_on_unknown_or_dead_group(setup):
     resp = delete_offsets(ctx, [T0])
     assert (resp.error, resp.errors) == (Errors.GROUP_ID_NOT_FOUND, {})
     assert ctx.records() == before
+    ctx.assert_replay_matches()
 
 
 def test_list_groups_state_filter_is_trimmed():
     # GroupMetadataManager#listGroups lower-cases *and trims* each state filter.
     ctx = three_groups()
     assert listed(ctx, [" Stable "]) == [("stable", "consumer", "Stable", "classic")]
+    ctx.assert_replay_matches()
 
 
 def test_blank_group_id_for_delete_groups_and_offset_delete():

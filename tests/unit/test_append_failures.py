@@ -62,6 +62,7 @@ def test_failed_commit_answers_the_mapped_error_even_for_a_too_large_partition()
     resp = ctx.commit({T0: (1, "too long"), T1: (2, "")})
     assert resp.errors == {T0: Errors.COORDINATOR_NOT_AVAILABLE, T1: Errors.COORDINATOR_NOT_AVAILABLE}
     assert ctx.records() == []
+    ctx.assert_replay_matches()
 
 
 def test_failed_commit_does_not_create_the_simple_group():
@@ -202,3 +203,4 @@ def test_failed_simple_commit_then_fetch_all_sees_nothing_and_list_is_empty_afte
     ctx.coord.load(0, 1)
     assert ctx.state() is None
     assert ctx.fetch(None).offsets == {}
+    ctx.assert_replay_matches()

@@ -100,6 +100,7 @@ def test_a_new_commit_resets_the_retention_of_that_offset():
     assert ctx.fetch([T0]).offsets[T0].offset == 2
     advance_to(ctx, 110_000)
     assert committed(ctx) == set()
+    ctx.assert_replay_matches()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -128,6 +129,7 @@ def test_explicit_expire_timestamp_does_not_expire_a_subscribed_topic():
     assert committed(ctx) == {T0}
     assert ctx.records()[-1] == offset_tombstone(GROUP, "bar", 0)
     assert ctx.state() == "Stable"
+    ctx.assert_replay_matches()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -198,6 +200,7 @@ def test_stable_consumer_group_with_unparseable_subscription_never_expires():
     advance_to(ctx, 300_000)
     assert ctx.records() == before
     assert committed(ctx) == {BAR}
+    ctx.assert_replay_matches()
 
 
 def test_non_consumer_protocol_group_never_expires_while_not_empty():
@@ -209,6 +212,7 @@ def test_non_consumer_protocol_group_never_expires_while_not_empty():
     assert ctx.records() == before
     assert committed(ctx) == {BAR}
     assert ctx.state() == "Stable"
+    ctx.assert_replay_matches()
 
 
 def test_never_expire_while_preparing_rebalance():
@@ -222,6 +226,7 @@ def test_never_expire_while_preparing_rebalance():
     assert ctx.state() == "PreparingRebalance"
     assert ctx.records() == before
     assert committed(ctx) == {BAR}
+    ctx.assert_replay_matches()
 
 
 def test_never_expire_while_completing_rebalance():
@@ -235,6 +240,7 @@ def test_never_expire_while_completing_rebalance():
     assert ctx.state() == "CompletingRebalance"
     assert ctx.records() == before
     assert committed(ctx) == {BAR}
+    ctx.assert_replay_matches()
 
 
 def test_offsets_expire_once_the_rebalance_is_over():

@@ -100,6 +100,8 @@ def test_unload_of_one_partition_leaves_the_other_alone():
     assert ctx.fetch([T0], group_id="groupId").offsets[T0].offset == 1
     ctx.coord.load(1, 1)
     assert ctx.fetch([T0], group_id="otherGroup").offsets[T0].offset == 2
+    ctx.assert_replay_matches(0)
+    ctx.assert_replay_matches(1)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -184,6 +186,7 @@ def test_stale_or_repeated_load_after_an_unload_does_nothing():
     summary = ctx.coord.load(0, 2)
     assert summary is not None and summary.records == 1
     assert ctx.fetch([T0]).offsets[T0].offset == 1
+    ctx.assert_replay_matches()
 
 
 def test_load_while_active_only_bumps_the_epoch():
@@ -204,6 +207,7 @@ def test_unload_without_epoch_always_applies():
     ctx.coord.unload(0, None)
     assert ctx.coord.partition_state_for_testing(0) == "CLOSED"
     assert ctx.coord.load(0, 6) is not None
+    ctx.assert_replay_matches()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -231,6 +235,7 @@ def test_unload_answers_parked_joins_with_not_coordinator():
     assert (ctx.state(), ctx.state("fresh")) == ("Stable", "Empty")
     assert ctx.coord.group_for_testing(GROUP).generation_id == gen
     assert ctx.coord.group_for_testing("fresh").generation_id == 0
+    ctx.assert_replay_matches()
 
 
 def test_unload_answers_parked_syncs_with_not_coordinator():
@@ -359,6 +364,7 @@ def test_group_over_max_size_rebalances_after_load(tmp_path):
     assert (r1.error, r1.generation_id, r2.generation_id) == (Errors.NONE, gen + 1, gen + 1)
     assert sorted(m.member_id for m in r1.members + r2.members) == sorted([m1, m2])
     assert ctx.state() == "CompletingRebalance"
+    ctx.assert_replay_matches()
     ctx.coord.close()
 
 
@@ -368,6 +374,7 @@ def test_group_within_max_size_is_stable_after_load(tmp_path):
     first.coord.close()
     ctx = Ctx(config={"group.max.size": 2}, log_dir=tmp_path, now_ms=first.clock.now_ms())
     assert ctx.state() == "Stable"
+    ctx.assert_replay_matches()
     ctx.coord.close()
 
 
@@ -409,3 +416,15 @@ def test_partition_not_owned_at_start_can_be_loaded_later():
         T0: Errors.NONE
     }
     assert coord.group_state_for_testing("otherGroup") == "Empty"
+
+
+def test_closed_coordinator_answers_coordinator_not_available():
+    ctx = Ctx()
+    ctx.commit({T0: (1, "")})
+    ctx.coord.close()
+    assert ctx.coord.partition_state_for_testing(0) == "CLOSED"
+    assert ctx.commit({T0: (2, "")}).errors == {T0: Errors.COORDINATOR_NOT_AVAILABLE}
+    assert ctx.fetch([T0]).error is Errors.COORDINATOR_NOT_AVAILABLE
+    assert ctx.coord.list_groups().result(timeout=0).error is Errors.COORDINATOR_NOT_AVAILABLE
+    assert describe(ctx).error is Errors.COORDINATOR_NOT_AVAILABLE
+    assert ctx.coord.delete_groups([GROUP]).result(timeout=0) == {GROUP: Errors.COORDINATOR_NOT_AVAILABLE}

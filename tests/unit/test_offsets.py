@@ -48,6 +48,7 @@ def test_commit_to_unknown_group_with_generation_is_illegal_generation(generatio
     assert ctx.state() is None
     assert ctx.records() == []
     assert fetched(ctx, [T0]) == {T0: NO_OFFSET}
+    ctx.assert_replay_matches()
 
 
 def test_simple_commit_with_member_id_and_generation_minus_one_is_accepted():
@@ -58,6 +59,7 @@ def test_simple_commit_with_member_id_and_generation_minus_one_is_accepted():
     assert resp.errors == {T0: Errors.NONE}
     assert ctx.state() == "Empty"
     assert ctx.records() == [offset_record(GROUP, "foo", 0, 1, 0)]
+    ctx.assert_replay_matches()
 
 
 def test_empty_group_id_is_accepted_for_commit_and_fetch():
@@ -75,6 +77,7 @@ def test_none_group_id_is_invalid():
     assert resp.errors == {T0: Errors.INVALID_GROUP_ID}
     assert ctx.coord.fetch_offsets(group_id=None).result(timeout=0).error is Errors.INVALID_GROUP_ID
     assert ctx.records() == []
+    ctx.assert_replay_matches()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -88,6 +91,7 @@ def test_metadata_none_is_stored_as_empty_string_and_leader_epoch_is_kept():
         offset_record(GROUP, "foo", 1, 11, 50, leader_epoch=42, metadata=""),
     ]
     assert fetched(ctx, [T0, T1]) == {T0: (10, -1, "", Errors.NONE), T1: (11, 42, "", Errors.NONE)}
+    ctx.assert_replay_matches()
 
 
 def test_retention_time_sets_expire_timestamp_and_default_leaves_it_unset():
@@ -130,6 +134,7 @@ def test_offset_metadata_size_is_counted_in_utf16_units():
     resp = ctx.commit({T0: (1, "\U0001F600\U0001F600"), T1: (2, "\U0001F600a"), ("bar", 0): (3, "ééé")})
     assert resp.errors == {T0: Errors.OFFSET_METADATA_TOO_LARGE, T1: Errors.NONE, ("bar", 0): Errors.NONE}
     assert [v.metadata for _, v in ctx.records()] == ["\U0001F600a", "ééé"]
+    ctx.assert_replay_matches()
 
 
 def test_commit_with_only_too_large_metadata_writes_nothing_and_creates_no_group():
@@ -138,6 +143,7 @@ def test_commit_with_only_too_large_metadata_writes_nothing_and_creates_no_group
     assert resp.errors == {T0: Errors.OFFSET_METADATA_TOO_LARGE}
     assert ctx.records() == []
     assert ctx.state() is None
+    ctx.assert_replay_matches()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -155,6 +161,7 @@ def test_fetch_unknown_group_and_unknown_partition():
     assert ctx.coord.group_state_for_testing("other") is None
     assert fetched(ctx, [T0], group_id="other") == {T0: NO_OFFSET}
     assert ctx.coord.group_state_for_testing("other") is None
+    ctx.assert_replay_matches()
 
 
 def test_fetch_all_returns_every_committed_partition():
@@ -164,6 +171,7 @@ def test_fetch_all_returns_every_committed_partition():
     assert fetched(ctx, None) == {
         T0: (1, -1, "a", Errors.NONE), T1: (2, -1, "b", Errors.NONE), ("bar", 2): (3, 9, "c", Errors.NONE),
     }
+    ctx.assert_replay_matches()
 
 
 def test_fetch_of_dead_group_returns_no_offsets():
@@ -173,6 +181,7 @@ def test_fetch_of_dead_group_returns_no_offsets():
     ctx.coord.force_group_state_for_testing(GROUP, "Dead")
     assert fetched(ctx, [T0]) == {T0: NO_OFFSET}
     assert fetched(ctx, None) == {}
+    ctx.assert_replay_matches()
 
 
 def test_fetch_while_loading_and_not_owned():
@@ -183,6 +192,7 @@ def test_fetch_while_loading_and_not_owned():
     ctx.coord.unload(1, 0)
     assert ctx.fetch([T0], group_id="otherGroup").error is Errors.NOT_COORDINATOR
     assert ctx.commit({T0: (1, "")}, group_id="otherGroup").errors == {T0: Errors.NOT_COORDINATOR}
+    ctx.assert_replay_matches(0)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -262,6 +272,7 @@ def test_completing_rebalance_rejects_commits_with_rebalance_in_progress():
     }
     assert ctx.commit({T0: (1, "")}).errors == {T0: Errors.UNKNOWN_MEMBER_ID}
     assert ctx.records() == before
+    ctx.assert_replay_matches()
 
 
 def test_empty_group_accepts_only_generation_minus_one():
@@ -290,6 +301,7 @@ def test_dead_group_answers_coordinator_not_available():
     assert ctx.commit({T0: (2, "")}).errors == {T0: Errors.COORDINATOR_NOT_AVAILABLE}
     assert ctx.commit({T0: (2, "")}, generation_id=3, member_id="m").errors == {T0: Errors.COORDINATOR_NOT_AVAILABLE}
     assert ctx.records() == before
+    ctx.assert_replay_matches()
 
 
 def test_static_member_commits_fenced_and_unknown_instance():
