@@ -202,12 +202,21 @@ def decode_value(type_id: int, raw):
 def encode_records(records: Iterable) -> tuple[list, list, int]:
     """``(flat, groups, flags)`` for the payload; raises ``RecordFormatError`` before any I/O."""
     flat: list = []
+    append = flat.append
+    pack = _pack
     groups: dict[str, None] = {}
     flags = 0
-    for record in records:
-        key, value = record
-        flat.append(encode_key(key))
-        flat.append(encode_value(key, value))
+    ock, ocv, oc_type = OffsetCommitKey, OffsetCommitValue, OFFSET_COMMIT_KEY_TYPE
+    for key, value in records:
+        # Inlined common case (an OffsetCommit value): appends with fsync per batch are encode-bound.
+        if type(value) is ocv and type(key) is ock and value.expire_timestamp_ms is None:
+            group = key.group
+            append(pack((oc_type, group, key.topic, key.partition)))
+            append((0, value.offset, value.leader_epoch, value.metadata, value.commit_timestamp_ms))
+            groups[group] = None
+            continue
+        append(encode_key(key))
+        append(encode_value(key, value))
         if value is None:
             flags |= FLAG_TOMBSTONES
         else:
@@ -283,6 +292,54 @@ def unpack_payload(payload) -> tuple:
     if len(p) == 10 and (len(p[8]) != p[4] or p[9] < 0):
         raise RecordFormatError("compacted batch with inconsistent offset deltas")
     return p
+
+
+_U8 = struct.Struct(">B")
+_INT_FORMATS = {
+    0xCC: struct.Struct(">B"),
+    0xCD: struct.Struct(">H"),
+    0xCE: struct.Struct(">I"),
+    0xCF: struct.Struct(">Q"),
+    0xD0: struct.Struct(">b"),
+    0xD1: struct.Struct(">h"),
+    0xD2: struct.Struct(">i"),
+    0xD3: struct.Struct(">q"),
+}
+
+
+def _read_int(buf, pos: int) -> tuple[int, int] | None:
+    b = buf[pos]
+    if b <= 0x7F:
+        return b, pos + 1
+    if b >= 0xE0:
+        return b - 0x100, pos + 1
+    fmt = _INT_FORMATS.get(b)
+    if fmt is None:
+        return None
+    return fmt.unpack_from(buf, pos + 1)[0], pos + 1 + fmt.size
+
+
+def peek_header(payload) -> tuple[int, int, int, int, int]:
+    """``(base_offset, leader_epoch, timestamp_ms, record_count, span)`` without decoding the records.
+
+    Recovery uses it to walk a segment; the records are checked when they are read. Falls back to a full
+    decode for compacted batches (their span follows the records) and anything unusual."""
+    try:
+        if bytes(payload[:2]) == PAYLOAD_MAGIC:
+            pos = 2
+            fields = []
+            for _ in range(4):
+                r = _read_int(payload, pos)
+                if r is None:
+                    break
+                fields.append(r[0])
+                pos = r[1]
+            if len(fields) == 4 and fields[3] >= 1:
+                return fields[0], fields[1], fields[2], fields[3], fields[3]
+    except (IndexError, struct.error):
+        pass
+    p = unpack_payload(payload)
+    return p[1], p[2], p[3], p[4], payload_span(p)
 
 
 def payload_span(p: tuple) -> int:

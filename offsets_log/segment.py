@@ -26,8 +26,7 @@ from offsets_log.codec import (
     PAYLOAD_MAGICS,
     RecordFormatError,
     frame_crc_ok,
-    payload_span,
-    unpack_payload,
+    peek_header,
 )
 from offsets_log.errors import CorruptLogError
 from offsets_log.index import OffsetIndex
@@ -121,20 +120,20 @@ def scan_segment(path: str, base_offset: int, *, last: bool, index_interval_byte
         (length,) = HEADER.unpack_from(buf, pos)[:1]
         end = pos + HEADER_BYTES + length
         try:
-            p = unpack_payload(mv[pos + HEADER_BYTES : end])
+            base, epoch, _ts, _count, span = peek_header(mv[pos + HEADER_BYTES : end])
         except RecordFormatError as e:
             raise CorruptLogError(path, pos, f"batch passes its CRC but cannot be decoded ({e})") from e
-        if p[1] != expected:
+        if base != expected:
             raise CorruptLogError(
-                path, pos, f"batch starts at offset {p[1]} but offset {expected} was expected (offsets must increase without gaps)"
+                path, pos, f"batch starts at offset {base} but offset {expected} was expected (offsets must increase without gaps)"
             )
-        if p[2] < prev_epoch:
-            raise CorruptLogError(path, pos, f"leader epoch goes down from {prev_epoch} to {p[2]}")
-        if p[2] > prev_epoch:
-            result.epochs.append((p[2], p[1]))
-            prev_epoch = p[2]
+        if epoch < prev_epoch:
+            raise CorruptLogError(path, pos, f"leader epoch goes down from {prev_epoch} to {epoch}")
+        if epoch > prev_epoch:
+            result.epochs.append((epoch, base))
+            prev_epoch = epoch
         result.index.maybe_add(expected, pos)
-        expected += payload_span(p)
+        expected += span
         result.batches += 1
         pos = end
     result.next_offset = expected
