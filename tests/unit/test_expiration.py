@@ -328,3 +328,19 @@ def test_expired_group_can_be_recreated():
     ctx.coord.unload(0, 0)
     ctx.coord.load(0, 1)
     assert ctx.fetch([T0]).offsets[T0].offset == 7
+
+
+def test_loaded_stable_consumer_group_knows_its_subscriptions_for_expiration():
+    ctx = new_ctx()
+    gen, (m1,), _ = stable_consumer_group(ctx, "foo")
+    ctx.commit({T0: (1, ""), BAR: (2, "")}, generation_id=gen, member_id=m1)  # t=1
+    advance_to(ctx, 5_000)
+    ctx.coord.unload(0, 0)
+    ctx.coord.load(0, 1)  # runs at 15 s, 25 s, ...
+    for t in range(10_000, 80_000, 10_000):  # keep the member alive across the fresh session timer
+        advance_to(ctx, t)
+        assert ctx.heartbeat(m1, gen).error is Errors.NONE
+    assert committed(ctx) == {T0}
+    assert ctx.records()[-1] == offset_tombstone(GROUP, "bar", 0)
+    assert ctx.state() == "Stable"
+    ctx.assert_replay_matches()

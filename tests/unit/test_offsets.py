@@ -358,3 +358,21 @@ def test_commit_to_group_created_by_join_with_only_a_pending_member():
     }
     assert ctx.commit({T0: (1, "")}).errors == {T0: Errors.NONE}
     ctx.assert_replay_matches()
+
+
+def test_default_offset_metadata_limit_is_4096_characters():
+    ctx = Ctx()
+    resp = ctx.commit({T0: (1, "m" * 4096), T1: (2, "m" * 4097)})
+    assert resp.errors == {T0: Errors.NONE, T1: Errors.OFFSET_METADATA_TOO_LARGE}
+    assert fetched(ctx, [T0, T1]) == {T0: (1, -1, "m" * 4096, Errors.NONE), T1: NO_OFFSET}
+    ctx.assert_replay_matches()
+
+
+def test_simple_commit_ignores_the_instance_id_on_an_empty_group():
+    # OffsetMetadataManagerTest#testSimpleGroupOffsetCommitWithInstanceId: generation -1 on an Empty
+    # group returns before the member / instance checks.
+    ctx = Ctx()
+    assert ctx.commit({T0: (100, "")}, group_instance_id="instance-id").errors == {T0: Errors.NONE}
+    assert ctx.state() == "Empty"
+    assert ctx.records() == [offset_record(GROUP, "foo", 0, 100, 0)]
+    ctx.assert_replay_matches()
