@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any, NamedTuple
 
 from coordinator.consumer_protocol import (
@@ -93,7 +93,7 @@ class RebalanceInProgressError(CommitFailedError):
 # ----------------------------------------------------------------------------------------------
 # State, actions and events
 # ----------------------------------------------------------------------------------------------
-class MemberState(str, Enum):
+class MemberState(StrEnum):
     UNJOINED = "UNJOINED"
     PREPARING_REBALANCE = "PREPARING_REBALANCE"
     COMPLETING_REBALANCE = "COMPLETING_REBALANCE"
@@ -544,6 +544,10 @@ class GroupMember:
         self._heartbeat_inflight = request
         self._next_heartbeat_ms = now_ms + self.heartbeat_interval_ms
         return request
+
+    def expedite_heartbeat(self, now_ms: int) -> None:
+        """Make the next heartbeat due at ``now_ms`` (tests, and callers that want an early liveness check)."""
+        self._next_heartbeat_ms = now_ms
 
     def next_background_ms(self) -> int | None:
         """The earliest time ``poll_background`` may have something to do (None: nothing scheduled)."""
