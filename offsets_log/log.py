@@ -47,7 +47,7 @@ from offsets_log.errors import (
 from offsets_log.fsutil import fsync_dir
 from offsets_log.index import DEFAULT_INDEX_INTERVAL_BYTES, OffsetIndex
 from offsets_log.recovery import recover
-from offsets_log.segment import Segment, index_name, iter_frames, segment_name
+from offsets_log.segment import Segment, index_name, iter_frames, scan_segment, segment_name
 
 logger = logging.getLogger("offsets_log")
 
@@ -430,6 +430,47 @@ class FileLog:
         if offset == seg.next_offset:
             return seg.size_bytes
         raise CorruptLogError(seg.path, pos, f"offset {offset} not found where the index points")
+
+    def replace_segments(self, compacted_paths: list[str]) -> None:
+        """Swap compacted copies of closed segments in (same base offset and offset range each).
+
+        Each replacement is checked first (full scan: CRCs, offsets, same end offset as the original);
+        then, in offset order, copied next to the original, fsynced, renamed over it, and indexed. A crash
+        midway leaves compacted segments followed by original ones, which replays to the same state
+        (compacted records are a subset of the original ones and later originals still hold everything
+        that justified the drops). Do not hold a ``batches()`` iterator open across this call."""
+        self._check_usable()
+        closed = {s.base_offset: s for s in self._segments[:-1]}
+        plan = []
+        for path in sorted(compacted_paths, key=lambda p: int(os.path.basename(p)[:20])):
+            base = int(os.path.basename(path)[:20])
+            seg = closed.get(base)
+            if seg is None:
+                raise ValueError(f"{path}: no closed segment of this log starts at offset {base}")
+            scan = scan_segment(path, base, last=False, index_interval_bytes=self._index_interval_bytes)
+            if scan.next_offset != seg.next_offset:
+                raise ValueError(
+                    f"{path} ends at offset {scan.next_offset} but the segment it replaces ends at {seg.next_offset}"
+                )
+            plan.append((seg, path, scan))
+        for seg, path, scan in plan:
+            tmp = seg.path + ".swap"
+            try:
+                with open(path, "rb") as src, open(tmp, "wb") as dst:
+                    while chunk := src.read(1 << 20):
+                        dst.write(chunk)
+                    dst.flush()
+                    self._fsync(dst.fileno())
+                os.replace(tmp, seg.path)
+                fsync_dir(self.directory)
+                scan.index.write(
+                    os.path.join(self.directory, index_name(seg.base_offset)), seg.next_offset, scan.valid_bytes
+                )
+            except OSError as e:
+                self._unlink_if_exists(tmp)
+                raise self._write_error(e, f"swap of compacted segment {os.path.basename(seg.path)}") from e
+            seg.size_bytes = scan.valid_bytes
+            seg.index = scan.index
 
     @staticmethod
     def _unlink_if_exists(path: str) -> None:

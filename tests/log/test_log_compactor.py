@@ -24,8 +24,8 @@ from coordinator.records import (
     new_offset_commit_tombstone_record,
 )
 from coordinator.state import DurableState
-from offsets_log import open_log, replay
-from offsets_log.codec import encode_key
+from offsets_log import CorruptLogError, open_log, replay
+from offsets_log.codec import encode_batch, encode_key
 from offsets_log.compactor import compact_batches, compact_segments
 
 NO_FSYNC = {"fsync_for_testing": lambda fd: None}
@@ -119,3 +119,49 @@ def test_invalid_arguments():
         compact_batches([], delete_retention_ms=-1, now_ms=0)
     with pytest.raises(ValueError, match="max_batch_records must be an int >= 1"):
         compact_batches([], delete_retention_ms=0, now_ms=0, max_batch_records=0)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(recs=st.one_of(histories, narrow_histories).filter(lambda r: len(r) > 5), data=st.data())
+def test_replace_segments_in_a_live_log_even_when_interrupted(tmp_path_factory, recs, data):
+    base = tmp_path_factory.mktemp("s")
+    original = make_batches(recs, timestamp_ms=1_000)
+    expected = sequential_state(original)
+    with open_log(base / "log", segment_bytes=1024, **NO_FSYNC) as log:
+        append_all(log, original)
+        closed = log.segment_paths(closed_only=True)
+        stats = compact_segments(closed, base / "out", delete_retention_ms=5, now_ms=1_010)
+        k = data.draw(st.integers(0, len(closed)))  # a crash after k of the swaps
+        log.replace_segments(stats.output_paths[:k])
+        state = DurableState()
+        replay(log, state)
+        assert state == expected
+    with open_log(base / "log", segment_bytes=1024, **NO_FSYNC) as log:
+        assert log.recovery_report.rebuilt_indexes == []
+        before = log.size_bytes
+        log.replace_segments(stats.output_paths)
+        assert log.size_bytes <= before
+        state = DurableState()
+        replay(log, state)
+        assert state == expected
+        assert log.verify() > 0
+
+
+def test_replace_segments_refuses_mismatched_replacements(tmp_path):
+    original = make_batches([[new_offset_commit_record("g", "t", p % 3, p, -1, "", 1)] for p in range(200)])
+    with open_log(tmp_path / "log", segment_bytes=1024, **NO_FSYNC) as log:
+        append_all(log, original)
+        closed = log.segment_paths(closed_only=True)
+        with pytest.raises(ValueError, match="no closed segment"):
+            log.replace_segments([log.segment_paths()[-1]])
+        stats = compact_segments(closed[:2], tmp_path / "out", delete_retention_ms=0, now_ms=0)
+        wrong_place = str(tmp_path / "out" / os.path.basename(closed[2]))
+        os.rename(stats.output_paths[1], wrong_place)
+        with pytest.raises(CorruptLogError, match="expected"):
+            log.replace_segments([wrong_place])
+        short = tmp_path / "short" / os.path.basename(closed[0])
+        short.parent.mkdir()
+        short.write_bytes(encode_batch(original[0]))  # covers fewer offsets than the segment it would replace
+        with pytest.raises(ValueError, match="ends at offset"):
+            log.replace_segments([str(short)])
+        assert sequential_state(list(log.batches())) == sequential_state(original)
