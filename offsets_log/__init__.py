@@ -1,6 +1,11 @@
-"""The offsets log: record codec, segment files, the local log, loader, reference compactor, segment store."""
+"""The offsets log: record codec, segment files, the local log, loader, reference compactor, segment store.
+
+``open_log(directory)`` is the entry point; ``replay(log, state)`` loads a partition; the segment store
+lives in ``offsets_log.store`` (it imports pyarrow).
+"""
 
 from offsets_log.batch import Batch
+from offsets_log.compactor import CompactionStats, compact_batches, compact_segments
 from offsets_log.epochs import EpochEndOffset
 from offsets_log.errors import (
     CorruptLogError,
@@ -19,6 +24,7 @@ from offsets_log.memory import InMemoryLog
 
 __all__ = [
     "Batch",
+    "CompactionStats",
     "CorruptLogError",
     "EpochEndOffset",
     "FileLog",
@@ -33,6 +39,8 @@ __all__ = [
     "OffsetOutOfRangeError",
     "RecoveryReport",
     "StaleEpochError",
+    "compact_batches",
+    "compact_segments",
     "open_log",
     "replay",
 ]

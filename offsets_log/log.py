@@ -16,16 +16,20 @@ Guarantees:
 * One writer per directory: a second ``open_log`` on the same directory fails with ``LogLockedError``
   until the first is closed (``fcntl.flock`` on ``.lock``; the lock dies with the process).
 
-Not guaranteed: thread safety (use from one thread or one event loop); surviving damage to closed segments
-that reads have not reached yet; durability on file systems that lie about fsync.
+Operations are serialized by a lock, so an append may run in a worker thread while the event loop reads;
+a read sees the log as it was when it started. Not guaranteed: consistent reads across a concurrent
+``truncate_to`` or ``replace_segments`` (they may fail with ``CorruptLogError``; retry them), surviving
+damage to closed segments that reads have not reached yet, durability on file systems that lie about fsync.
 """
 
 from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -54,6 +58,15 @@ logger = logging.getLogger("offsets_log")
 MIN_SEGMENT_BYTES = 1024
 DEFAULT_SEGMENT_BYTES = 100 * 1024 * 1024
 LOCK_FILE = ".lock"
+
+
+def _locked(method):
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return wrapper
 
 
 @dataclass
@@ -129,6 +142,7 @@ class FileLog:
         self._unsynced = False
         self._failed: str | None = None
         self._closed = False
+        self._lock = threading.RLock()
         self.recovery_report = RecoveryReport()
         os.makedirs(directory, exist_ok=True)
         self._lock_fd = os.open(os.path.join(directory, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
@@ -172,6 +186,7 @@ class FileLog:
         segs = self._segments[:-1] if closed_only else self._segments
         return [s.path for s in segs]
 
+    @_locked
     def end_offset_for_epoch(self, epoch: int) -> EpochEndOffset:
         """Kafka's OffsetsForLeaderEpoch answer: the largest epoch <= ``epoch`` and where it ended."""
         self._check_usable()
@@ -179,6 +194,7 @@ class FileLog:
 
     # ---------------------------------------------------------------------------------------- append
 
+    @_locked
     def append(self, batch: Batch, expected_leader_epoch: int) -> int:
         self._check_usable()
         latest = self._epochs.latest_epoch
@@ -222,6 +238,7 @@ class FileLog:
         seg.next_offset = batch.next_offset
         return batch.last_offset
 
+    @_locked
     def flush(self) -> None:
         """fsync whatever the interval policy has not synced yet."""
         self._check_usable()
@@ -314,18 +331,19 @@ class FileLog:
         """``(segment path, byte position, payload)`` of every batch that may hold ``from_offset`` or later.
 
         CRC-checked; the payload is not decoded. The first yielded batch may start before ``from_offset``."""
-        self._check_usable()
-        if from_offset < self.log_start_offset:
-            from_offset = self.log_start_offset
-        segs = list(self._segments)
-        first = self._segment_index_for(from_offset)
-        for i in range(first, len(segs)):
-            seg = segs[i]
-            start = seg.index.lookup(from_offset)[1] if i == first else 0
-            end = seg.size_bytes
+        with self._lock:  # a consistent snapshot of what to read; the reading itself is lock-free
+            self._check_usable()
+            from_offset = max(from_offset, self.log_start_offset)
+            first = self._segment_index_for(from_offset)
+            plan = [
+                (seg.path, seg.index.lookup(from_offset)[1] if i == first else 0, seg.size_bytes)
+                for i, seg in enumerate(self._segments)
+                if i >= first
+            ]
+        for path, start, end in plan:
             if start < end:
-                for pos, payload in iter_frames(seg.path, start, end):
-                    yield seg.path, pos, payload
+                for pos, payload in iter_frames(path, start, end):
+                    yield path, pos, payload
 
     def batches(self, from_offset: int = 0) -> Iterator[Batch]:
         for path, pos, payload in self.raw_payloads(from_offset):
@@ -336,6 +354,7 @@ class FileLog:
             if batch.next_offset > from_offset:
                 yield batch
 
+    @_locked
     def read(self, from_offset: int, max_bytes: int) -> list[Batch]:
         """Batches from the one holding ``from_offset``, at most ``max_bytes`` of frames (at least one batch)."""
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
@@ -361,6 +380,7 @@ class FileLog:
             total += size
         return out
 
+    @_locked
     def verify(self) -> int:
         """CRC-check and decode every batch of every segment; returns the number of batches."""
         n = 0
@@ -378,6 +398,7 @@ class FileLog:
 
     # -------------------------------------------------------------------------------------- truncate
 
+    @_locked
     def truncate_to(self, offset: int) -> None:
         """Remove every batch at or after ``offset`` (a batch boundary); used by leader-epoch truncation."""
         self._check_usable()
@@ -431,6 +452,7 @@ class FileLog:
             return seg.size_bytes
         raise CorruptLogError(seg.path, pos, f"offset {offset} not found where the index points")
 
+    @_locked
     def replace_segments(self, compacted_paths: list[str]) -> None:
         """Swap compacted copies of closed segments in (same base offset and offset range each).
 
@@ -487,6 +509,7 @@ class FileLog:
         if self._failed is not None:
             raise LogFailedError(f"offsets log {self.directory} failed: {self._failed}; reopen it to recover")
 
+    @_locked
     def close(self) -> None:
         if self._closed:
             return
