@@ -121,6 +121,7 @@ class OffsetsMixin:
     # ------------------------------------------------------------------------------------------
     def delete_groups(self, group_ids: list[str]) -> dict[str, Errors]:
         result: dict[str, Errors] = {}
+        self._groups_removed_by_operation().clear()
         # KafkaApis#handleDeleteGroupsRequest de-duplicates the ids: a repeated id is deleted once and
         # answered once (not NONE and then GROUP_ID_NOT_FOUND for the same group).
         for group_id in dict.fromkeys(group_ids):
@@ -142,8 +143,20 @@ class OffsetsMixin:
         return result
 
     def _remove_group(self, group: ClassicGroup) -> None:
-        group.transition_to(GroupState.DEAD)
-        self._drop_group(group.group_id)
+        """Kafka's new coordinator deletes a group by replaying its tombstone into the timeline map
+        (GroupMetadataManager#removeGroup): the group object, its soft state (KIP-394 pending members)
+        and its timers are left untouched, so a failed append reverts to the very same group. The group
+        is kept aside until the operation's outcome is known; ``_materialize_group`` (which the revert
+        path calls) puts it back. Timers of a removed group find no group when they fire and do nothing."""
+        self._groups_removed_by_operation()[group.group_id] = group
+        self.groups.pop(group.group_id, None)
+
+    def _groups_removed_by_operation(self) -> dict[str, ClassicGroup]:
+        """Groups removed by the latest DeleteGroups / expiration run (cleared when the next one starts)."""
+        removed = self.__dict__.get("_removed_groups")
+        if removed is None:
+            removed = self._removed_groups = {}
+        return removed
 
     # ------------------------------------------------------------------------------------------
     # ListGroups / DescribeGroups
@@ -196,6 +209,7 @@ class OffsetsMixin:
         retention = self.config.offsets_retention_ms
         records = []
         removed = []
+        self._groups_removed_by_operation().clear()
         for group_id, group in list(self.groups.items()):
             all_expired = True
             by_tp = self.state.offsets.get(group_id)
@@ -229,6 +243,11 @@ class OffsetsMixin:
         self.schedule_expiration()
 
     def _materialize_group(self, group_id: str) -> None:
+        removed = self._groups_removed_by_operation().pop(group_id, None)
+        if removed is not None:
+            # The append of this operation's deletion failed: the very same group object comes back.
+            self.groups[group_id] = removed
+            return
         value = self.state.groups.get(group_id)
         if value is None:
             group = ClassicGroup(group_id, self.now_ms)

@@ -204,3 +204,43 @@ def test_failed_simple_commit_then_fetch_all_sees_nothing_and_list_is_empty_afte
     assert ctx.state() is None
     assert ctx.fetch(None).offsets == {}
     ctx.assert_replay_matches()
+
+
+def test_failed_delete_groups_keeps_the_pending_member_of_the_group():
+    # Kafka deletes a group by replaying its tombstone into the timeline map; a failed append reverts
+    # the map to the very same group object, so a KIP-394 pending member can still complete its join.
+    ctx = Ctx()
+    first = ctx.join().result(timeout=0)
+    assert first.error is Errors.MEMBER_ID_REQUIRED
+    records = ctx.records()
+    fail_next_append(ctx, Errors.NOT_ENOUGH_REPLICAS)
+    assert ctx.coord.delete_groups([GROUP]).result(timeout=0) == {GROUP: Errors.COORDINATOR_NOT_AVAILABLE}
+    assert ctx.records() == records
+    second = ctx.join(member_id=first.member_id)
+    ctx.clock.advance(1)
+    r = second.result(timeout=0)
+    assert (r.error, r.member_id, r.generation_id, r.leader) == (Errors.NONE, first.member_id, 1, first.member_id)
+    assert ctx.state() == "CompletingRebalance"
+    ctx.assert_replay_matches()
+
+
+def test_failed_expiration_keeps_the_pending_member_of_the_group():
+    ctx = Ctx(config={"offsets.retention.check.interval.ms": 10_000})
+    first = ctx.join(session_timeout_ms=30_000).result(timeout=0)
+    fail_next_append(ctx, Errors.NOT_LEADER_OR_FOLLOWER)
+    ctx.clock.advance(10_000)  # the Empty group without offsets would be removed, but the append fails
+    assert ctx.state() == "Empty"
+    second = ctx.join(member_id=first.member_id, session_timeout_ms=30_000)
+    ctx.clock.advance(1)
+    assert second.result(timeout=0).error is Errors.NONE
+    ctx.assert_replay_matches()
+
+
+def test_successful_delete_forgets_the_pending_member():
+    ctx = Ctx()
+    first = ctx.join(session_timeout_ms=5_000).result(timeout=0)
+    assert ctx.coord.delete_groups([GROUP]).result(timeout=0) == {GROUP: Errors.NONE}
+    ctx.clock.advance(5_000)  # the pending member's old timer is harmless
+    assert ctx.join(member_id=first.member_id).result(timeout=0).error is Errors.UNKNOWN_MEMBER_ID
+    assert ctx.state() is None
+    ctx.assert_replay_matches()
