@@ -39,3 +39,10 @@ def create_shard(partition: int, namespace: str, num_partitions: int, config: di
     return cls.options(**shard_actor_options(partition, namespace, on_coordinator_nodes)).remote(
         partition, num_partitions, config, data_dir, leader_epoch, topics, namespace,
     )
+
+
+def create_worker(cls: type, namespace: str, *args: Any):
+    """A consumer worker actor: threaded (its loop blocks in one thread while ``stats``/``stop`` are served
+    by others), no CPU reservation so that many fit on a small machine, not restarted by Ray (a dead
+    consumer is the group's business: its partitions move after the session timeout)."""
+    return ray.remote(cls).options(namespace=namespace, max_concurrency=4, num_cpus=0, max_restarts=0).remote(*args)

@@ -1,8 +1,41 @@
-"""raygroups: Apache Kafka's consumer-group coordinator, rebuilt as an actor system on Ray."""
+"""raygroups: Apache Kafka's consumer-group coordinator, rebuilt as an actor system on Ray.
+
+The pure parts (``Errors``, ``partition_for``, ``CoordinatorConfig``, ``raygroups.testing``) import
+without Ray; the Ray parts (``start_local``, ``connect``, ``Consumer``, ``ConsumerGroup``, ...) load on
+first use.
+"""
 
 from coordinator.config import CoordinatorConfig
 from coordinator.errors import Errors
 from coordinator.partitioning import partition_for
 
-__all__ = ["CoordinatorConfig", "Errors", "partition_for"]
 __version__ = "0.1.0"
+
+_LAZY = {
+    "Cluster": "raygroups.cluster",
+    "start_local": "raygroups.cluster",
+    "connect": "raygroups.cluster",
+    "Consumer": "raygroups.consumer",
+    "ConsumerRebalanceListener": "raygroups.consumer",
+    "CommitFailedError": "raygroups.consumer",
+    "ConsumerError": "raygroups.consumer",
+    "FatalConsumerError": "raygroups.consumer",
+    "ConsumerGroup": "raygroups.consumer_group",
+    "VerifyingProcessor": "raygroups.consumer_group",
+    "Source": "raygroups.sources",
+    "SourceRecord": "raygroups.sources",
+    "SyntheticSource": "raygroups.sources",
+}
+
+__all__ = ["CoordinatorConfig", "Errors", "partition_for", *_LAZY]
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'raygroups' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

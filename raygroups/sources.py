@@ -1,0 +1,79 @@
+"""Partitioned record sources for ``ConsumerGroup``.
+
+``Source`` is the protocol for users' own partitioned data; ``SyntheticSource`` is a deterministic one:
+record ``i`` of partition ``p`` of a topic is a pure function of ``(topic, p, i)``, so any consumer can
+verify that a record is genuine and, together with the others, that none was skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import NamedTuple, Protocol, runtime_checkable
+
+from coordinator.messages import check_int, check_type
+
+
+class SourceRecord(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    key: bytes
+    value: bytes
+
+
+@runtime_checkable
+class Source(Protocol):
+    def topics(self) -> dict[str, int]:
+        """Topic name -> number of partitions."""
+
+    def read(self, topic: str, partition: int, offset: int, max_records: int) -> list[SourceRecord]:
+        """Up to ``max_records`` records starting at ``offset`` (fewer, or none, at the end)."""
+
+    def end_offset(self, topic: str, partition: int) -> int:
+        """The offset after the last available record (for lag)."""
+
+
+class SyntheticSource:
+    """``records_per_partition`` records in every partition of every topic (``None``: unbounded)."""
+
+    def __init__(self, topics: dict[str, int], records_per_partition: int | None = 10_000) -> None:
+        check_type("topics", topics, dict)
+        if not topics:
+            raise ValueError("topics must name at least one topic")
+        for name, n in topics.items():
+            check_type("topic name", name, str)
+            check_int(f"partitions of {name!r}", n, 1, 100_000)
+        if records_per_partition is not None:
+            check_int("records_per_partition", records_per_partition, 0, 2**62)
+        self._topics = dict(topics)
+        self.records_per_partition = records_per_partition
+
+    def topics(self) -> dict[str, int]:
+        return dict(self._topics)
+
+    @staticmethod
+    def value_of(topic: str, partition: int, offset: int) -> bytes:
+        return hashlib.blake2b(f"{topic}/{partition}/{offset}".encode(), digest_size=16).digest()
+
+    def verify(self, record: SourceRecord) -> bool:
+        return record.value == self.value_of(record.topic, record.partition, record.offset)
+
+    def end_offset(self, topic: str, partition: int) -> int:
+        self._check(topic, partition)
+        return 2**62 if self.records_per_partition is None else self.records_per_partition
+
+    def read(self, topic: str, partition: int, offset: int, max_records: int) -> list[SourceRecord]:
+        self._check(topic, partition)
+        check_int("offset", offset, 0, 2**62)
+        check_int("max_records", max_records, 1, 1_000_000)
+        end = min(offset + max_records, self.end_offset(topic, partition))
+        return [
+            SourceRecord(topic, partition, i, f"{topic}-{partition}-{i}".encode(), self.value_of(topic, partition, i))
+            for i in range(offset, end)
+        ]
+
+    def _check(self, topic: str, partition: int) -> None:
+        n = self._topics.get(topic)
+        if n is None:
+            raise ValueError(f"unknown topic {topic!r}; this source has {sorted(self._topics)}")
+        check_int(f"partition of {topic!r}", partition, 0, n - 1)
