@@ -217,6 +217,10 @@ class FileLog:
         pos = seg.size_bytes
         try:
             self._write_all(data)
+        except OSError as e:
+            self._undo_write(seg, pos, e)
+            raise self._write_error(e, "append") from e
+        try:
             if self.fsync_interval_ms is None:
                 self._fsync(self._active_fd)
             else:
@@ -224,7 +228,11 @@ class FileLog:
                 self._maybe_fsync()
         except OSError as e:
             self._undo_write(seg, pos, e)
-            raise self._write_error(e, "append") from e
+            if self.fsync_interval_ms is not None:
+                # Earlier batches were acknowledged unsynced and may be gone from the page cache with
+                # this failure (a retried fsync would wrongly succeed): only a reopen tells what is left.
+                self._failed = f"fsync failed ({e}); unsynced acknowledged batches may be lost"
+            raise self._write_error(e, "append (fsync)") from e
         if batch.leader_epoch > latest:
             self._epochs.assign(batch.leader_epoch, batch.base_offset)
             try:

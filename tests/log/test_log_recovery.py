@@ -252,3 +252,21 @@ def test_checkpoint_entries_past_the_log_end_are_dropped_and_a_lost_checkpoint_i
     with open_log(d, segment_bytes=1024) as log:
         assert log.epoch_entries == [(0, 0), (3, 20), (5, 40)]
         assert log.end_offset_for_epoch(4) == (3, 40)
+
+
+def test_fsync_failure_in_interval_mode_fences_the_log(tmp_path):
+    failures = [OSError(errno.EIO, "fsync failed")]
+
+    def fsync(fd):
+        if failures:
+            raise failures.pop()
+
+    batches = simple_batches(3)
+    log = open_log(tmp_path / "p", fsync_interval_ms=0, fsync_for_testing=fsync)
+    with pytest.raises(LogWriteError):
+        log.append(batches[0], 0)
+    with pytest.raises(LogFailedError, match="reopen"):
+        log.append(batches[0], 0)
+    log.close()
+    with open_log(tmp_path / "p") as log:
+        append_all(log, batches)
