@@ -288,7 +288,8 @@ class GroupMember:
         if self.fatal_error is None:
             self.fatal_error = error
 
-    def _raise_if_fatal(self) -> None:
+    def raise_if_fatal(self) -> None:
+        """Raise the fatal error, if any."""
         if self.fatal_error is not None:
             raise self.fatal_error
 
@@ -302,7 +303,7 @@ class GroupMember:
         """What the foreground must do next to be a stable member; ``None`` once it is.
 
         Raises the fatal error if there is one. A returned ``SendRequest`` is recorded as in flight."""
-        self._raise_if_fatal()
+        self.raise_if_fatal()
         if self._inflight_join is not None or self._inflight_sync is not None:
             return Wait(None)
         if self._pending_sync is not None:
@@ -623,7 +624,7 @@ class GroupMember:
     def commit_request(self, offsets: Mapping[TopicPartition, int]) -> OffsetCommitRequest:
         """An OffsetCommit for the current generation. Raises the fatal error, or ``RebalanceInProgressError``
         / ``CommitFailedError`` when the member is not stable (not part of an active generation)."""
-        self._raise_if_fatal()
+        self.raise_if_fatal()
         if self.state is not MemberState.STABLE:
             if self.rebalance_in_progress:
                 raise RebalanceInProgressError(Errors.REBALANCE_IN_PROGRESS, "the consumer is undergoing a "
@@ -672,7 +673,7 @@ class GroupMember:
         return True
 
     def fetch_request(self, partitions: Sequence[TopicPartition]) -> OffsetFetchRequest:
-        self._raise_if_fatal()
+        self.raise_if_fatal()
         return OffsetFetchRequest(self.group_id, tuple(partitions), True)
 
     def on_fetch_response(self, response: OffsetFetchResponse,

@@ -286,7 +286,9 @@ class Consumer:
         self._ensure_active_group(deadline)
         self._maybe_auto_commit()
         self._background_step()
-        return self.assignment()
+        with self._lock:
+            self._member.raise_if_fatal()  # e.g. the heartbeat thread was fenced
+            return self._member.assignment
 
     def assignment(self) -> frozenset[TopicPartition]:
         """The partitions currently owned by this consumer."""
