@@ -133,3 +133,37 @@ def group_tombstone(group):
     from coordinator.records import new_group_metadata_tombstone_record
 
     return new_group_metadata_tombstone_record(group)
+
+
+# --- added for the group-protocol scenario tests (join/sync/heartbeat/leave/rebalance timing) ------
+def group_values(ctx, group_id=GROUP, partition=0):
+    """The GroupMetadata values written for ``group_id``, in log order (``None`` = tombstone)."""
+    from coordinator.records import GroupMetadataKey
+
+    return [v for k, v in ctx.records(partition) if type(k) is GroupMetadataKey and k.group == group_id]
+
+
+def complete_initial_join(ctx, futures, max_rounds=10):
+    """Advance the clock by (initial delay + 1) until every parked JoinGroup in ``futures`` is answered."""
+    for _ in range(max_rounds):
+        if all(f.done() for f in futures):
+            break
+        ctx.clock.advance(ctx.coord.config.group_initial_rebalance_delay_ms + 1)
+    return [f.result(timeout=0) for f in futures]
+
+
+def stable_static_group(ctx, instance_ids, group_id=GROUP, **join_kw):
+    """Static members (no MEMBER_ID_REQUIRED round trip) join and sync; each gets ``member_id.encode()`` as
+    assignment. Returns (generation_id, {instance_id: member_id}, leader id)."""
+    futures = [ctx.join(group_id=group_id, group_instance_id=i, **join_kw) for i in instance_ids]
+    responses = complete_initial_join(ctx, futures)
+    assert all(r.error is Errors.NONE for r in responses), responses
+    gen, leader = responses[0].generation_id, responses[0].leader
+    ids = {i: r.member_id for i, r in zip(instance_ids, responses, strict=True)}
+    syncs = [ctx.sync(m, gen, group_id=group_id, group_instance_id=i) for i, m in ids.items() if m != leader]
+    leader_instance = next(i for i, m in ids.items() if m == leader)
+    lead = ctx.sync(leader, gen, {m: m.encode() for m in ids.values()}, group_id=group_id,
+                    group_instance_id=leader_instance).result(timeout=0)
+    assert lead.error is Errors.NONE, lead
+    assert all(s.result(timeout=0).error is Errors.NONE for s in syncs)
+    return gen, ids, leader
