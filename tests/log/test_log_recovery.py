@@ -10,7 +10,15 @@ import pytest
 from log_testlib import append_all, make_batches, simple_batches
 
 from coordinator.state import DurableState
-from offsets_log import CorruptLogError, LogFailedError, LogFullError, LogWriteError, open_log, replay
+from offsets_log import (
+    CorruptLogError,
+    LogError,
+    LogFailedError,
+    LogFullError,
+    LogWriteError,
+    open_log,
+    replay,
+)
 from offsets_log.batch import Batch
 from offsets_log.codec import encode_batch
 from offsets_log.epochs import checkpoint_path, write_checkpoint
@@ -270,3 +278,28 @@ def test_fsync_failure_in_interval_mode_fences_the_log(tmp_path):
     log.close()
     with open_log(tmp_path / "p") as log:
         append_all(log, batches)
+
+
+def test_operator_quarantine_cuts_at_the_damage_and_keeps_what_it_removes(tmp_path):
+    from offsets_log.repair import quarantine_from
+
+    batches = simple_batches(40, per_batch=2)
+    d = tmp_path / "p"
+    paths = build(d, batches)
+    victim = paths[1]
+    damaged = bytearray(read_bytes(victim))
+    damaged[len(damaged) // 2] ^= 0x04
+    write_bytes(victim, bytes(damaged))
+    with open_log(d, segment_bytes=1024) as log:
+        with pytest.raises(CorruptLogError) as err:
+            replay(log, DurableState())
+        with pytest.raises(LogError, match="close it"):
+            quarantine_from(d, err.value.path, err.value.position)
+    total = sum(os.path.getsize(p) for p in paths)
+    report = quarantine_from(d, err.value.path, err.value.position)
+    with open_log(d, segment_bytes=1024) as log:
+        kept = list(log.batches())
+        assert kept == batches[: len(kept)] and len(kept) < len(batches)
+        assert log.size_bytes + report.bytes_quarantined == total
+        log.append(Batch(log.log_end_offset, 0, 0, batches[0].records), 0)
+    assert os.path.isdir(report.quarantine_dir) and len(report.moved) >= 2
