@@ -70,6 +70,7 @@ class ConsumerWorker:
         self._lock = threading.Lock()
         self.history: list[dict] = []  # one entry per generation this member held an assignment in
         self.commit_failures = 0
+        self.acked: dict[tuple[str, int], int] = {}
         self.fatal: str | None = None
         cluster = connect(namespace=namespace)
         self.consumer = Consumer(cluster, group_id, topics, listener=self, enable_auto_commit=False,
@@ -123,9 +124,14 @@ class ConsumerWorker:
     def _commit(self, partitions) -> None:
         try:
             if partitions is None:
-                self.consumer.commit()
-            elif partitions:
-                self.consumer.commit({tp: self.consumer.position(tp) for tp in partitions})
+                partitions = self.consumer.assignment()
+            offsets = {tp: self.consumer.position(tp) for tp in partitions}
+            if offsets:
+                self.consumer.commit(offsets)
+                with self._lock:
+                    for tp, offset in offsets.items():
+                        # Acknowledged by the coordinator: it must never be lost.
+                        self.acked[tp] = max(offset, self.acked.get(tp, 0))
         except (CommitFailedError, ValueError, RuntimeError):  # lost the generation, revoked, or closed
             self.commit_failures += 1
         except ConsumerError as e:
@@ -146,6 +152,7 @@ class ConsumerWorker:
     def stats(self) -> dict:
         with self._lock:
             history = list(self.history)
+            acked = [[tp[0], tp[1], offset] for tp, offset in sorted(self.acked.items())]
         processor_stats = self.processor.stats() if hasattr(self.processor, "stats") else {}
         try:
             assignment = sorted(self.consumer.assignment())
@@ -153,7 +160,7 @@ class ConsumerWorker:
             assignment = []
         return {"worker": self.worker_id, "member_id": self.consumer.member_id,
                 "generation": self.consumer.generation_id, "assignment": assignment,
-                "history": history, "commit_failures": self.commit_failures, "fatal": self.fatal,
+                "history": history, "acked": acked, "commit_failures": self.commit_failures, "fatal": self.fatal,
                 "processor": processor_stats}
 
 

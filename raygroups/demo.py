@@ -1,112 +1,88 @@
-"""``make demo``: a scripted rebalance on the in-process coordinator, printed step by step.
+"""``make demo``: the main job on the embedded default.
 
-Three consumers join group "demo" (KIP-394 two-step join, initial rebalance delay), the leader runs
-the range assignor and syncs, they commit; then one leaves, the others rejoin and get its partitions.
-Everything runs on a ManualClock, so the output is the same on every run.
+``start_local`` starts a local Ray with 8 coordinator shards; a ``ConsumerGroup`` of 4 consumer actors
+(cooperative-sticky) works through a live synthetic topic of 12 partitions and commits as it goes.
+Mid-run the shard that coordinates the group is killed (Ray restarts it; it replays its log), later one
+consumer leaves and the group rebalances. A live table shows generation, members, assignments,
+committed offsets and lag; at the end the demo checks that no acknowledged commit was lost and that
+no record was skipped.
+
+``python -m raygroups.demo_inprocess`` shows the protocol step by step without Ray.
 """
 
 from __future__ import annotations
 
-import itertools
+import argparse
+import sys
+import time
 
-from coordinator.consumer_protocol import (
-    Assignment,
-    Subscription,
-    decode_assignment,
-    decode_subscription,
-    encode_assignment,
-    encode_subscription,
-)
-from raygroups import Errors, partition_for
-from raygroups.assignors import range_assign
-from raygroups.testing import InProcessCoordinator, ManualClock
+from raygroups import ConsumerGroup, SyntheticSource, VerifyingProcessor, partition_for, start_local
 
-GROUP = "demo"
 TOPIC = "orders"
-PARTITIONS = 6
+GROUP = "orders-app"
 
 
-def _fmt(tps) -> str:
-    return ",".join(f"{t}-{p}" for t, p in tps) or "-"
+def _table(t: float, stats: dict, shards: list[dict]) -> str:
+    lines = [f"t={t:5.1f}s  group {stats['group_id']}: {stats['state']}, generation {stats['generation']}, "
+             f"{stats['members']} members"]
+    for w in stats["workers"]:
+        tps = ",".join(str(p) for _, p in w.get("assignment", [])) or "-"
+        lines.append(f"          consumer {w.get('worker')}: partitions {tps}")
+    committed = "  ".join(f"{p['partition']:>2}:{max(p['committed'], 0):>6}" for p in stats["partitions"])
+    lag = sum(p["lag"] for p in stats["partitions"])
+    lines.append(f"          committed {committed}")
+    lines.append(f"          total lag {lag} records; shard epochs {[s.get('leader_epoch') for s in shards]}")
+    return "\n".join(lines)
 
 
-def main() -> None:
-    clock = ManualClock(0)
-    ids = itertools.count(1)
-    coord = InProcessCoordinator(
-        num_partitions=50, clock=clock,
-        config={"group.initial.rebalance.delay.ms": 3000, "group.min.session.timeout.ms": 1000},
-        member_id_generator=lambda prefix: f"{prefix}-{next(ids)}",
-    )
-    print(f"group {GROUP!r} lives on __consumer_offsets-{partition_for(GROUP, 50)}")
-    sub = encode_subscription(Subscription(topics=(TOPIC,)))
-    members: dict[str, str] = {}
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="raygroups demo: a consumer group on Ray through a shard crash")
+    parser.add_argument("--seconds", type=float, default=24.0)
+    args = parser.parse_args(argv)
 
-    def join(client, member_id=""):
-        return coord.join_group(group_id=GROUP, member_id=member_id, protocol_type="consumer",
-                                protocols=[("range", sub)], session_timeout_ms=10_000,
-                                rebalance_timeout_ms=30_000, client_id=client)
-
-    def rebalance(futures):
-        while not all(f.done() for f in futures.values()):
-            clock.advance(1000)
-        responses = {c: f.result() for c, f in futures.items()}
-        gen = next(iter(responses.values())).generation_id
-        leader = next(r.member_id for r in responses.values() if r.leader == r.member_id)
-        print(f"t={clock.now_ms():>6} ms  join complete: generation {gen}, leader {leader}")
-        lead = responses[next(c for c, r in responses.items() if r.member_id == leader)]
-        subs = {m.member_id: decode_subscription(m.metadata).topics for m in lead.members}
-        plan = range_assign(subs, {TOPIC: PARTITIONS})
-        syncs = {}
-        for client, r in responses.items():
-            assignments = {}
-            if r.member_id == leader:
-                assignments = {m: encode_assignment(Assignment(partitions=tuple(tps))) for m, tps in plan.items()}
-            syncs[client] = coord.sync_group(group_id=GROUP, generation_id=gen, member_id=r.member_id,
-                                             assignments=assignments)
-        for client, f in syncs.items():
-            s = f.result(timeout=0)
-            assert s.error is Errors.NONE, s
-            tps = decode_assignment(s.assignment).partitions
-            print(f"          {client:<10} {responses[client].member_id:<12} gets {_fmt(tps)}")
-        print(f"          state: {coord.group_state_for_testing(GROUP)}")
-        return gen, {c: r.member_id for c, r in responses.items()}
-
-    print("three consumers join (JoinGroup v9: MEMBER_ID_REQUIRED first, then join with the id)")
-    futures = {}
-    for client in ("consumer-a", "consumer-b", "consumer-c"):
-        first = join(client).result(timeout=0)
-        print(f"t={clock.now_ms():>6} ms  {client}: {first.error.name}, assigned member id {first.member_id}")
-        futures[client] = join(client, first.member_id)
-        clock.advance(500)
-    gen, members = rebalance(futures)
-
-    for i, member_id in enumerate(members.values()):
-        coord.commit_offsets(group_id=GROUP, offsets={(TOPIC, i): (100 * (i + 1), "")},
-                             generation_id=gen, member_id=member_id).result(timeout=0)
-    print(f"t={clock.now_ms():>6} ms  each consumer committed one offset")
-
-    print(f"t={clock.now_ms():>6} ms  consumer-b leaves the group")
-    left = coord.leave_group(group_id=GROUP, members=[(members["consumer-b"], None)]).result(timeout=0)
-    print(f"          LeaveGroup: {left.members[0].error.name}; state: {coord.group_state_for_testing(GROUP)}")
-    for client in ("consumer-a", "consumer-c"):
-        hb = coord.heartbeat(group_id=GROUP, generation_id=gen, member_id=members[client]).result(timeout=0)
-        print(f"          {client} heartbeat: {hb.error.name} -> rejoins")
-    futures = {c: join(c, members[c]) for c in ("consumer-a", "consumer-c")}
-    gen, members = rebalance(futures)
-
-    fetched = coord.fetch_offsets(group_id=GROUP).result(timeout=0)
-    print("committed offsets: " + ", ".join(f"{t}-{p}={o.offset}" for (t, p), o in fetched.offsets.items()))
-    print(f"records in __consumer_offsets-{partition_for(GROUP, 50)}:")
-    for key, value in coord.log_records(partition_for(GROUP, 50)):
-        kind = type(key).__name__.replace("Key", "")
-        if kind == "GroupMetadata":
-            detail = f"generation {value.generation}, {len(value.members)} members" if value else "tombstone"
-        else:
-            detail = f"{key.topic}-{key.partition} offset {value.offset}" if value else "tombstone"
-        print(f"  {kind:<14} {detail}")
-    coord.close()
+    print("starting a local deployment: 8 coordinator shards (one Ray actor per __consumer_offsets partition)")
+    cluster = start_local(num_partitions=8, config={"group.initial.rebalance.delay.ms": 1_000,
+                                                    "group.min.session.timeout.ms": 1_000})
+    ok = True
+    try:
+        source = SyntheticSource({TOPIC: 12}, records_per_partition=None, records_per_second=400)
+        shard = partition_for(GROUP, cluster.num_partitions)
+        print(f"group {GROUP!r} is coordinated by shard {shard}; 4 consumer actors join it")
+        group = ConsumerGroup(VerifyingProcessor, cluster, GROUP, [TOPIC], source, 4, processor_args=(source,),
+                              assignors=("cooperative-sticky",), session_timeout_ms=6_000,
+                              heartbeat_interval_ms=500, commit_interval_s=0.5)
+        start = time.monotonic()
+        killed = left = False
+        while (elapsed := time.monotonic() - start) < args.seconds:
+            if not killed and elapsed > args.seconds * 0.3:
+                print(f"\n*** killing shard {shard} (the group's coordinator) mid-run ***\n")
+                cluster.kill_shard(shard)
+                killed = True
+            if not left and elapsed > args.seconds * 0.6:
+                print("\n*** consumer 3 leaves the group: the group rebalances ***\n")
+                group.scale(3)
+                left = True
+            print(_table(elapsed, group.stats(), cluster.shard_status()), flush=True)
+            time.sleep(1.5)
+        group.stop()
+        final = group.stats()
+        committed = {(p["topic"], p["partition"]): p["committed"] for p in final["partitions"]}
+        acked: dict[tuple[str, int], int] = {}
+        processed = 0
+        for w in final["retired"]:
+            processed += w["processor"]["processed"]
+            for topic, partition, offset in w["acked"]:
+                acked[(topic, partition)] = max(offset, acked.get((topic, partition), 0))
+        lost = {tp: (acked[tp], committed.get(tp, -1)) for tp in acked if committed.get(tp, -1) < acked[tp]}
+        invalid = sum(w["processor"]["invalid"] for w in final["retired"])
+        print(f"\nprocessed {processed} records; {len(acked)} partitions with acknowledged commits")
+        print(f"check: every acknowledged commit is still committed ... {'OK' if not lost else 'LOST ' + str(lost)}")
+        print(f"check: every record verified against the source ...... {'OK' if invalid == 0 else invalid}")
+        ok = not lost and invalid == 0 and len(acked) == len(committed)
+    finally:
+        cluster.shutdown()
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -8,6 +8,7 @@ verify that a record is genuine and, together with the others, that none was ski
 from __future__ import annotations
 
 import hashlib
+import time
 from typing import NamedTuple, Protocol, runtime_checkable
 
 from coordinator.messages import check_int, check_type
@@ -34,9 +35,12 @@ class Source(Protocol):
 
 
 class SyntheticSource:
-    """``records_per_partition`` records in every partition of every topic (``None``: unbounded)."""
+    """``records_per_partition`` records in every partition of every topic (``None``: unbounded). With
+    ``records_per_second`` the topic is "live": records appear at that rate per partition from creation
+    (wall clock), so consumers have lag to work off."""
 
-    def __init__(self, topics: dict[str, int], records_per_partition: int | None = 10_000) -> None:
+    def __init__(self, topics: dict[str, int], records_per_partition: int | None = 10_000,
+                 records_per_second: float | None = None) -> None:
         check_type("topics", topics, dict)
         if not topics:
             raise ValueError("topics must name at least one topic")
@@ -45,8 +49,14 @@ class SyntheticSource:
             check_int(f"partitions of {name!r}", n, 1, 100_000)
         if records_per_partition is not None:
             check_int("records_per_partition", records_per_partition, 0, 2**62)
+        if records_per_second is not None and (isinstance(records_per_second, bool)
+                                               or not isinstance(records_per_second, (int, float))
+                                               or records_per_second <= 0):
+            raise ValueError(f"records_per_second must be a positive number or None, got {records_per_second!r}")
         self._topics = dict(topics)
         self.records_per_partition = records_per_partition
+        self.records_per_second = records_per_second
+        self.created_at = time.time()
 
     def topics(self) -> dict[str, int]:
         return dict(self._topics)
@@ -60,7 +70,10 @@ class SyntheticSource:
 
     def end_offset(self, topic: str, partition: int) -> int:
         self._check(topic, partition)
-        return 2**62 if self.records_per_partition is None else self.records_per_partition
+        end = 2**62 if self.records_per_partition is None else self.records_per_partition
+        if self.records_per_second is not None:
+            end = min(end, int((time.time() - self.created_at) * self.records_per_second))
+        return end
 
     def read(self, topic: str, partition: int, offset: int, max_records: int) -> list[SourceRecord]:
         self._check(topic, partition)

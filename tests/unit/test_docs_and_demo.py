@@ -3,7 +3,7 @@
 import re
 from pathlib import Path
 
-from raygroups import demo
+from raygroups import demo_inprocess as demo
 
 ROOT = Path(__file__).resolve().parents[2]
 
