@@ -216,6 +216,7 @@ class GroupMember:
         self._backoff_until_ms = 0
         self._coordinator_unknown = False
         self._coordinator_retry_ms = 0
+        self.rediscoveries = 0  # how often the coordinator was looked up again after being marked unknown
         self._heartbeat_inflight: HeartbeatRequest | None = None
         self._next_heartbeat_ms = now_ms
         self._session_deadline_ms = now_ms + session_timeout_ms
@@ -263,6 +264,7 @@ class GroupMember:
             if now_ms < self._coordinator_retry_ms:
                 return False
             self._coordinator_unknown = False
+            self.rediscoveries += 1
             self._session_deadline_ms = now_ms + self.session_timeout_ms
         return True
 

@@ -266,6 +266,8 @@ class Consumer:
         self._auto_commit: tuple[Any, concurrent.futures.Future, dict] | None = None
         self._rebalance_call: tuple[Any, concurrent.futures.Future] | None = None
         self._heartbeat_call: tuple[HeartbeatRequest, concurrent.futures.Future] | None = None
+        self._client_generation = 0  # member.rediscoveries when self._client was obtained
+        self._close_started = False
         self._closed = False
 
     # ------------------------------------------------------------------------------------------
@@ -323,7 +325,7 @@ class Consumer:
         while True:
             with self._lock:
                 request = self._member.fetch_request(tps)
-            response = self._call(self._client.fetch_offsets, request, deadline, OffsetFetchResponse)
+            response = self._call("fetch_offsets", request, deadline, OffsetFetchResponse)
             with self._lock:
                 result = self._member.on_fetch_response(response, self._clock.now_ms())
             if result is not None:
@@ -388,9 +390,9 @@ class Consumer:
         partitions through the listener, then LeaveGroup for a dynamic member. Idempotent."""
         timeout_s = _check_timeout("timeout_s", timeout_s)
         with self._lock:
-            if self._closed:
+            if self._close_started:
                 return
-            self._closed = True
+            self._close_started = True
             member = self._member
             commit_first = (self._enable_auto_commit and member.state is MemberState.STABLE
                             and member.fatal_error is None)
@@ -408,6 +410,7 @@ class Consumer:
             with self._lock:
                 leave = member.close()
                 self._positions.clear()
+                self._closed = True
             self._send_leave(leave, wait_s=max(0.0, deadline - time.monotonic()))
         if listener_error is not None:
             raise listener_error
@@ -435,6 +438,7 @@ class Consumer:
     # Membership (foreground)
     # ------------------------------------------------------------------------------------------
     def _check_open(self) -> None:
+        # commit() stays usable while close() runs the revocation callback, as in Kafka
         if self._closed:
             raise RuntimeError("the consumer is closed")
 
@@ -450,7 +454,7 @@ class Consumer:
             if isinstance(action, PrepareJoin):
                 self._prepare_join(action, deadline)
             elif isinstance(action, SendRequest):
-                method = self._client.join_group if isinstance(request, JoinGroupRequest) else self._client.sync_group
+                method = "join_group" if isinstance(request, JoinGroupRequest) else "sync_group"
                 future = self._send(method, request)
                 with self._lock:
                     self._rebalance_call = (request, future)
@@ -566,7 +570,7 @@ class Consumer:
         while True:
             with self._lock:
                 request = self._member.commit_request(offsets)
-            response = self._call(self._client.commit_offsets, request, deadline, OffsetCommitResponse)
+            response = self._call("commit_offsets", request, deadline, OffsetCommitResponse)
             with self._lock:
                 done = self._member.on_commit_response(request, response, self._clock.now_ms())
                 if done:
@@ -609,7 +613,7 @@ class Consumer:
             if not offsets:
                 return
             request = member.commit_request(offsets)
-        future = self._send(self._client.commit_offsets, request)
+        future = self._send("commit_offsets", request)
         with self._lock:
             self._auto_commit = (request, future, offsets)
         if future.done():
@@ -668,7 +672,7 @@ class Consumer:
             if isinstance(request, LeaveGroupRequest):
                 self._send_leave(request)
             elif request is not None:
-                future = self._send(self._client.heartbeat, request)
+                future = self._send("heartbeat", request)
                 future.add_done_callback(lambda _f: self._wake.set())
                 with self._lock:
                     self._heartbeat_call = (request, future)
@@ -687,7 +691,7 @@ class Consumer:
     def _send_leave(self, request: LeaveGroupRequest | None, wait_s: float = 0.0) -> None:
         if request is None:
             return
-        future = self._send(self._client.leave_group, request)
+        future = self._send("leave_group", request)
         try:
             response = future.result(timeout=wait_s) if wait_s > 0 or future.done() else None
         except Exception as e:
@@ -699,11 +703,17 @@ class Consumer:
     # ------------------------------------------------------------------------------------------
     # Calls into the client
     # ------------------------------------------------------------------------------------------
-    def _send(self, method: Any, request: Any) -> concurrent.futures.Future:
+    def _send(self, method_name: str, request: Any) -> concurrent.futures.Future:
         """Submit ``request``; a client that raises (e.g. the deployment is unreachable) yields a future
-        answering COORDINATOR_NOT_AVAILABLE, so the member rediscovers and retries as Kafka's client does."""
+        answering COORDINATOR_NOT_AVAILABLE, so the member rediscovers and retries as Kafka's client does.
+        After the member rediscovered its coordinator, a fresh ``cluster.client()`` is used."""
         try:
-            return method(**_kwargs(request))
+            with self._lock:
+                if self._member.rediscoveries != self._client_generation:
+                    self._client_generation = self._member.rediscoveries
+                    self._client = self._cluster.client()
+                client = self._client
+            return getattr(client, method_name)(**_kwargs(request))
         except (TypeError, ValueError):
             raise
         except Exception as e:
@@ -722,8 +732,8 @@ class Consumer:
             return OffsetCommitResponse({("", 0): Errors.COORDINATOR_NOT_AVAILABLE})
         return response_type(Errors.COORDINATOR_NOT_AVAILABLE)
 
-    def _call(self, method: Any, request: Any, deadline: float, response_type: type) -> Any:
-        future = self._send(method, request)
+    def _call(self, method_name: str, request: Any, deadline: float, response_type: type) -> Any:
+        future = self._send(method_name, request)
         try:
             future.result(timeout=max(0.0, deadline - time.monotonic()))
         except concurrent.futures.TimeoutError:

@@ -155,6 +155,37 @@ def test_commit_inside_on_partitions_revoked_hands_over_the_position():
     assert moved and {tp: c1.position(tp) for tp in moved} == {tp: 100 + tp[1] for tp in moved}
 
 
+def test_commit_inside_on_partitions_revoked_works_during_close():
+    env = Env()
+    c = env.consumer("c", listener=Recorder(commit_on_revoke=True), enable_auto_commit=False)
+    env.drive([c], settled([c]))
+    c.seek((TOPIC, 2), 33)
+    c.close()
+    probe = env.consumer("probe")
+    assert probe.committed([(TOPIC, 2), (TOPIC, 3)]) == {(TOPIC, 2): 33, (TOPIC, 3): 0}
+
+
+def test_coordinator_failover_is_ridden_out_without_a_rebalance():
+    env = Env()
+    cs = [env.consumer(f"c{i}") for i in range(2)]
+    env.drive(cs, settled(cs))
+    gen, before = cs[0].generation_id, [c.assignment() for c in cs]
+    env.coord.unload(0, None)  # the shard goes away: NOT_COORDINATOR
+    for _ in range(20):
+        env.clock.advance(100)
+        for c in cs:
+            c.poll(0)
+    assert any(c._member.coordinator_unknown for c in cs)
+    env.coord.load(0, 1)  # back (replayed from its log), within the session timeout
+    for _ in range(150):  # 15 s, longer than the session timeout: heartbeats must have resumed
+        env.clock.advance(100)
+        for c in cs:
+            c.poll(0)
+    assert settled(cs)() and all(c._member.rediscoveries >= 1 for c in cs)
+    assert [c.assignment() for c in cs] == before and env.group().generation_id == gen
+    assert all(c.generation_id == gen for c in cs)
+
+
 @pytest.mark.parametrize("restarting", ["a", "b"])
 def test_static_member_restart_within_the_session_causes_no_rebalance(restarting):
     env = Env()
@@ -239,8 +270,8 @@ def test_another_instance_with_the_same_group_instance_id_fences_the_first():
     env.drive([first], settled([first]))
     second = env.consumer("x2", group_instance_id="x")
     env.drive([second], lambda: second.state == "STABLE")
-    env.clock.advance(1_000)
     with pytest.raises(FencedInstanceIdError):
+        first.heartbeat_now_for_testing()
         first.poll(0)
     with pytest.raises(FencedInstanceIdError):
         first.poll(0)
