@@ -20,6 +20,10 @@ Guarantees:
 * Fatal errors (``FencedInstanceIdError``, ``GroupMaxSizeReachedError``, other unexpected group errors)
   are raised from every later ``poll()``/``commit()``.
 
+Threads: ``poll``, ``commit``, ``committed``, ``seek`` and ``position`` belong to one application thread
+(the listener runs in it, as in Kafka); the heartbeat thread is internal. ``close()`` should be called from
+that thread too, once the poll loop has stopped.
+
 Not guaranteed: delivery of records (there is no fetcher; the application reports its progress with
 ``seek``); positions of partitions without a committed offset start at 0.
 
@@ -80,6 +84,7 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+_REQUEST_TIMEOUT_S = 30.0  # Kafka's request.timeout.ms
 TopicPartition = tuple[str, int]
 _LISTENER_METHODS = ("on_partitions_revoked", "on_partitions_assigned", "on_partitions_lost")
 
@@ -452,7 +457,7 @@ class Consumer:
             if action is None:
                 return
             if isinstance(action, PrepareJoin):
-                self._prepare_join(action, deadline)
+                self._prepare_join(action)
             elif isinstance(action, SendRequest):
                 method = "join_group" if isinstance(request, JoinGroupRequest) else "sync_group"
                 future = self._send(method, request)
@@ -499,9 +504,11 @@ class Consumer:
         if complete is not None:
             self._complete_join(complete)
 
-    def _prepare_join(self, action: PrepareJoin, deadline: float) -> None:
+    def _prepare_join(self, action: PrepareJoin) -> None:
         if action.can_commit and self._enable_auto_commit:
-            self._commit_quietly(deadline)
+            # Bounded by the request timeout, not by poll's timeout: positions must reach the coordinator
+            # before the partitions are given away (Kafka bounds this by the rebalance timeout).
+            self._commit_quietly(time.monotonic() + _REQUEST_TIMEOUT_S)
         errors = []
         try:
             for event in action.events:
