@@ -171,9 +171,18 @@ class GroupCoordinatorShard(OffsetsMixin):
             # Kafka's new coordinator persists a freshly created group at once (generation 0, no
             # protocol type) so that the group exists in the log; if that write fails the group is
             # reverted and the join answered with the mapped error.
+            group_id = req.group_id
+
             def on_done(error: Errors) -> None:
                 if error is not Errors.NONE:
                     respond.complete(JoinGroupResponse(error))
+                    # Kafka reverts its timeline to before this write, so the group never existed: no
+                    # pending id (KIP-394), no parked static member, no timers (reference §1.1, Appendix A).
+                    created = self.groups.get(group_id)
+                    if created is not None and group_id not in self.state.groups:
+                        for member in list(created.members.values()):
+                            created.complete_join(member, JoinGroupResponse(error))
+                        self._drop_group(group_id)
 
             self._write([new_empty_group_metadata_record(req.group_id, self.now_ms())], on_done)
 
