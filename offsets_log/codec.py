@@ -169,11 +169,9 @@ def _check_version(name: str, versions: dict[int, int], raw) -> None:
 
 
 def decode_offset_commit_value(raw) -> OffsetCommitValue:
-    if type(raw) is tuple and raw and raw[0] in OFFSET_COMMIT_VALUE_VERSIONS and len(raw) in (5, 6):
-        # v0 lacks expire_timestamp_ms: the dataclass default (None) fills it.
-        return OffsetCommitValue(*raw[1:])
     _check_version("OffsetCommit", OFFSET_COMMIT_VALUE_VERSIONS, raw)
-    raise RecordFormatError(f"malformed OffsetCommit value {raw!r}")  # pragma: no cover
+    # v0 lacks expire_timestamp_ms: the dataclass default (None) fills it.
+    return OffsetCommitValue(*raw[1:])
 
 
 def decode_group_metadata_value(raw) -> GroupMetadataValue:

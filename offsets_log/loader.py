@@ -27,11 +27,12 @@ from dataclasses import dataclass
 
 import msgpack
 
-from coordinator.records import GROUP_METADATA_KEY_TYPE, OFFSET_COMMIT_KEY_TYPE
+from coordinator.records import GROUP_METADATA_KEY_TYPE, OFFSET_COMMIT_KEY_TYPE, OffsetCommitValue
 from coordinator.state import DurableState
 from offsets_log.codec import (
     FLAG_TOMBSTONES,
     FORMAT,
+    OFFSET_COMMIT_VALUE_VERSIONS,
     RecordFormatError,
     decode_group_metadata_value,
     decode_key_fields,
@@ -160,18 +161,26 @@ def _install(last: dict, tombed: dict[str, bool], hidden: set[str], state: Durab
     offsets = state.offsets
     groups = state.groups
     oc_value = decode_offset_commit_value
+    ocv = OffsetCommitValue
+    oc_type = OFFSET_COMMIT_KEY_TYPE
+    oc_fields = OFFSET_COMMIT_VALUE_VERSIONS.get
     for kb, value in last.items():
         if value is None:
             continue
         fields = unpackb(kb, use_list=False)
-        type_id = fields[0]
-        if type_id == OFFSET_COMMIT_KEY_TYPE:
+        if fields[0] == oc_type:
             group = fields[1]
             by_tp = offsets.get(group)
             if by_tp is None:
                 by_tp = offsets[group] = {}
-            by_tp[(fields[2], fields[3])] = oc_value(value)
-        elif type_id == GROUP_METADATA_KEY_TYPE:
+            # Inlined decode_offset_commit_value for the versions it knows (v0 gets expire=None by default).
+            if type(value) is tuple and value and oc_fields(value[0]) == len(value) - 1:
+                by_tp[(fields[2], fields[3])] = ocv(*value[1:])
+            else:
+                by_tp[(fields[2], fields[3])] = oc_value(value)
+            continue
+        type_id = fields[0]
+        if type_id == GROUP_METADATA_KEY_TYPE:
             groups[fields[1]] = decode_group_metadata_value(value)
         else:
             raise RecordFormatError(f"unknown record type {type_id}")

@@ -103,3 +103,9 @@ def test_compacted_batches_round_trip_and_keep_their_span():
     assert Batch(0, 0, 0, (rec,), offset_deltas=(0,), last_offset_delta=0) == Batch(0, 0, 0, (rec,))
     with pytest.raises(ValueError):
         Batch(0, 0, 0, (rec, rec), offset_deltas=(1, 1), last_offset_delta=2)
+
+
+@pytest.mark.parametrize("raw", [(0, 5, 1, "m", 99, 7), (1, 5, 1, "m", 99), (), (0,), [0, 5, 1, "m", 99]])
+def test_offset_commit_values_of_the_wrong_shape_are_refused(raw):
+    with pytest.raises(RecordFormatError):
+        decode_offset_commit_value(raw)
