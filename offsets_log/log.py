@@ -79,6 +79,7 @@ class RecoveryReport:
     torn_reason: str | None = None
     rebuilt_indexes: list[str] = field(default_factory=list)
     epoch_checkpoint_repaired: bool = False
+    removed_temporary_files: list[str] = field(default_factory=list)
 
 
 def open_log(

@@ -11,13 +11,15 @@ Rules (see ``segment.scan_segment`` for the per-frame ones):
 * the leader-epoch checkpoint drops entries past the log end and gains epochs found in the last segment
   (it may lag the log by one epoch change after a crash); it is rewritten only if that changed it.
 
-Nothing but the torn tail, derived index files and the epoch checkpoint is ever written here.
+Nothing but the torn tail, derived index files, the epoch checkpoint and our own leftover temporary files
+(``*.tmp``, ``*.swap`` of interrupted atomic writes) is ever written or removed here.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 
 from offsets_log.codec import unpack_payload
 from offsets_log.epochs import LeaderEpochCache, checkpoint_path, read_checkpoint, write_checkpoint
@@ -36,10 +38,17 @@ from offsets_log.segment import (
 logger = logging.getLogger("offsets_log")
 
 
+_LEFTOVER_RE = re.compile(r"^(\d{20}\.(log|index)|leader-epoch-checkpoint)\.(tmp|swap)$")
+
+
 def recover(log) -> None:
     directory = log.directory
     interval = log._index_interval_bytes
     report = log.recovery_report
+    for name in os.listdir(directory):
+        if _LEFTOVER_RE.match(name):  # a temporary file of an interrupted atomic write or segment swap
+            os.unlink(os.path.join(directory, name))
+            report.removed_temporary_files.append(name)
     bases, index_bases = list_segment_files(directory)
     ckpt_path = checkpoint_path(directory)
     entries = read_checkpoint(ckpt_path)

@@ -303,3 +303,19 @@ def test_operator_quarantine_cuts_at_the_damage_and_keeps_what_it_removes(tmp_pa
         assert log.size_bytes + report.bytes_quarantined == total
         log.append(Batch(log.log_end_offset, 0, 0, batches[0].records), 0)
     assert os.path.isdir(report.quarantine_dir) and len(report.moved) >= 2
+
+
+def test_leftovers_of_interrupted_atomic_writes_are_removed(tmp_path):
+    d = tmp_path / "p"
+    build(d, simple_batches(3))
+    for name in ["leader-epoch-checkpoint.tmp", "00000000000000000000.index.tmp", "00000000000000000000.log.swap"]:
+        (d / name).write_bytes(b"partial")
+    (d / "notes.tmp").write_bytes(b"not ours")
+    with open_log(d) as log:
+        assert sorted(log.recovery_report.removed_temporary_files) == [
+            "00000000000000000000.index.tmp",
+            "00000000000000000000.log.swap",
+            "leader-epoch-checkpoint.tmp",
+        ]
+        assert log.log_end_offset == 3
+    assert (d / "notes.tmp").exists()
