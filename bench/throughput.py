@@ -130,11 +130,12 @@ async def bench_rebalance(shard, sizes):
 
 
 async def bench_heartbeats(shard, members: int, concurrency: int, duration_s: float):
-    _, generation, _, ids = await _join_group(shard, "heartbeats", members)
+    group = f"heartbeats-{concurrency}"
+    _, generation, _, ids = await _join_group(shard, group, members)
 
     async def beat(i, n):
         member_id = ids[(i + n * concurrency) % len(ids)]
-        r = await shard.handle.remote(HeartbeatRequest("heartbeats", generation, member_id))
+        r = await shard.handle.remote(HeartbeatRequest(group, generation, member_id))
         assert r.error is Errors.NONE, r
 
     rate, _ = await _rate(beat, concurrency, duration_s)
@@ -158,7 +159,9 @@ def main() -> None:
         loop = asyncio.new_event_loop()
         commits_1 = loop.run_until_complete(bench_commits(shard, concurrencies, args.duration, 1))
         commits_10 = loop.run_until_complete(bench_commits(shard, [64], args.duration, 10))
-        heartbeats = loop.run_until_complete(bench_heartbeats(shard, 200 if args.quick else 1000, 64, args.duration))
+        heartbeats = [loop.run_until_complete(bench_heartbeats(shard, 200 if args.quick else 1000, c, args.duration))
+                      for c in (64, 256)]
+        noop_256, _ = loop.run_until_complete(_rate(lambda i, n: shard.ping.remote(), 256, args.duration))
         rebalances = loop.run_until_complete(bench_rebalance(shard, sizes))
         status = ray.get(shard.status.remote())
     finally:
@@ -171,6 +174,7 @@ def main() -> None:
         "commits_1_partition": commits_1,
         "commits_10_partitions": commits_10,
         "heartbeats": heartbeats,
+        "noop_calls_per_s_at_256_clients": round(noop_256, 1),
         "rebalance_latency": rebalances,
         "shard_batches": status["batches"],
         "shard_records": status["records"],
@@ -181,7 +185,10 @@ def main() -> None:
     for row in commits_1 + commits_10:
         print(f"{row['clients']:>8} {row['noop_calls_per_s']:>10} {row['commit_calls_per_s']:>10} "
               f"{row['committed_offsets_per_s']:>10} {row['commit_vs_noop']:>7}")
-    print(f"heartbeats/s: {heartbeats['heartbeats_per_s']} -> {heartbeats['members_at_3s_heartbeats']} members at 3 s")
+    for hb in heartbeats:
+        print(f"heartbeats/s at {hb['clients']} clients: {hb['heartbeats_per_s']} -> "
+              f"{hb['members_at_3s_heartbeats']} members at 3 s")
+    print(f"no-op calls/s at 256 clients: {noop_256:.1f}")
     for row in rebalances:
         print(f"rebalance of {row['members']:>5} members: {row['seconds']} s "
               f"(generation {row['final_generation']}, {row['calls']} calls)")
