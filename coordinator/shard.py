@@ -510,14 +510,13 @@ class GroupCoordinatorShard(OffsetsMixin):
     # ------------------------------------------------------------------------------------------
     def sync_group(self, req: SyncGroupRequest, respond: Deferred) -> None:
         group = self.groups.get(req.group_id)
-        if group is None:
+        if group is None or group.is_in(GroupState.EMPTY):
+            # Kafka's new coordinator answers an Empty group before any other validation (classicGroupSync).
             respond.complete(SyncGroupResponse(Errors.UNKNOWN_MEMBER_ID))
             return
         error = self._validate_sync(group, req)
         if error is not None:
             respond.complete(SyncGroupResponse(error))
-        elif group.is_in(GroupState.EMPTY):
-            respond.complete(SyncGroupResponse(Errors.UNKNOWN_MEMBER_ID))
         elif group.is_in(GroupState.PREPARING_REBALANCE):
             respond.complete(SyncGroupResponse(Errors.REBALANCE_IN_PROGRESS))
         elif group.is_in(GroupState.COMPLETING_REBALANCE):
@@ -542,9 +541,10 @@ class GroupCoordinatorShard(OffsetsMixin):
 
                 self._write([(GroupMetadataKey(group.group_id), group.to_metadata_value(assignment))], on_done)
         elif group.is_in(GroupState.STABLE):
+            # Kafka's new coordinator does not touch the session timer here (the old one did); the
+            # timer is re-armed when a parked sync is answered (_propagate_assignment).
             self._remove_pending_sync_member(group, req.member_id)
             member = group.members[req.member_id]
-            self._reschedule_heartbeat(group, member)
             respond.complete(SyncGroupResponse(Errors.NONE, member.assignment, group.protocol_type, group.protocol_name))
         else:
             raise IllegalStateError(f"SyncGroup reached group {group.group_id} in state {group.state.value}")

@@ -91,11 +91,15 @@ def test_sync_protocol_type_and_name_checks(protocol_type, protocol_name, error)
 
 
 def test_sync_empty_group_is_unknown_member():
-    """§2.5: Empty ⇒ UNKNOWN_MEMBER_ID (members kept by the forced state, so only the state decides)."""
+    """§2.5: Empty ⇒ UNKNOWN_MEMBER_ID (members kept by the forced state, so only the state decides).
+    Kafka's new coordinator checks Empty first (classicGroupSync: ``group.isEmpty()``), before the
+    generation and protocol checks."""
     ctx = Ctx()
     gen, (m1,), _ = ctx.stable_group(1)
     ctx.coord.force_group_state_for_testing(GROUP, "Empty")
     assert ctx.sync(m1, gen).result(timeout=0).error is Errors.UNKNOWN_MEMBER_ID
+    assert ctx.sync(m1, gen + 1).result(timeout=0).error is Errors.UNKNOWN_MEMBER_ID
+    assert ctx.sync(m1, gen, protocol_type="connect").result(timeout=0).error is Errors.UNKNOWN_MEMBER_ID
 
 
 def test_sync_in_preparing_rebalance():
@@ -182,14 +186,19 @@ def test_sync_in_stable_returns_the_stored_assignment():
     assert ctx.records() == records
 
 
-def test_follower_sync_resets_the_session_timer_in_stable():
+def test_sync_in_stable_does_not_reset_the_session_timer():
+    """New coordinator (classicGroupSyncToClassicGroup, Stable branch): answering from the stored
+    assignment leaves the session timer alone (the old coordinator re-armed it); only heartbeats,
+    commits and the propagation of a parked sync do."""
     ctx = Ctx()
-    gen, (m1, m2), _ = ctx.stable_group(2)
+    gen, (m1, m2), _ = ctx.stable_group(2)  # session timers armed at t=1
     ctx.clock.advance(9_000)
-    ctx.sync(m2, gen).result(timeout=0)
-    ctx.heartbeat(m1, gen)
-    ctx.clock.advance(9_000)
+    assert ctx.sync(m2, gen).result(timeout=0).error is Errors.NONE
+    assert ctx.heartbeat(m1, gen).error is Errors.NONE
+    ctx.clock.advance(999)
     assert members_of(ctx) == [m1, m2]
+    ctx.clock.advance(1)
+    assert members_of(ctx) == [m1]
 
 
 def test_rejoin_during_completing_rebalance_cancels_parked_syncs():
