@@ -779,6 +779,27 @@ def test_assignment_with_conflicting_previous_generations(name, equal):
 
 
 @pytest.mark.parametrize("name", STICKY_NAMES)
+def test_balance_beats_stickiness_along_a_chain(name):
+    # A reads x, B reads x and y, C reads y and z, D reads z. D owns two partitions and A none:
+    # balancing takes three moves of owned partitions in a chain (x-0 B->A, y-0 C->B, z-1 D->C),
+    # which lowers the imbalance by less than it costs in stickiness, yet balance must win
+    a = get_assignor(name)
+    subs = {
+        "A": rejoin(a, ["x"], []),
+        "B": rejoin(a, ["x", "y"], tps("x", 0)),
+        "C": rejoin(a, ["y", "z"], tps("y", 0)),
+        "D": rejoin(a, ["z"], tps("z", 0, 1)),
+    }
+    ppt = {"x": 1, "y": 1, "z": 2}
+    expected = {"A": tps("x", 0), "B": tps("y", 0), "C": tps("z", 1), "D": tps("z", 0)}
+    if name == "cooperative-sticky":
+        assert plan(a.assign(ppt, subs)) == {"A": [], "B": [], "C": [], "D": tps("z", 0)}
+    rounds, result = settle(name, ppt, subs)
+    assert result == expected
+    assert rounds == (2 if name == "cooperative-sticky" else 1)
+
+
+@pytest.mark.parametrize("name", STICKY_NAMES)
 def test_uniform_three_topics_matches_kafka(name):
     # the non-rack-aware expectation of Kafka's testRackAwareAssignmentWithUniformSubscription
     ppt = {"t1": 6, "t2": 7, "t3": 2}
