@@ -10,7 +10,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_readme_example_runs(capsys):
     text = (ROOT / "README.md").read_text()
-    block = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    section = text.split("## The group API without Ray", 1)[1]
+    block = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     exec(compile(block, "README.md", "exec"), {})
     out = capsys.readouterr().out
     assert "offset=42" in out and out.strip().endswith("Empty")
