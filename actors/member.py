@@ -446,7 +446,22 @@ class GroupMember:
             return None
         subscribed = {t for s in subscriptions.values() for t in s.topics}
         metadata = {t: n for t, n in partitions_per_topic.items() if t in subscribed}
-        result = assignor.assign(metadata, subscriptions)
+        result = dict(assignor.assign(metadata, subscriptions))
+        if self.protocol == COOPERATIVE:
+            # KIP-429's rule: a partition still owned by one member is never handed to another in the
+            # same round (it is revoked first, and assigned in the next round).
+            added: set[TopicPartition] = set()
+            revoked: set[TopicPartition] = set()
+            for m, sub in subscriptions.items():
+                new = set(result.get(m, Assignment()).partitions)
+                owned = set(sub.owned_partitions)
+                added |= new - owned
+                revoked |= owned - new
+            moved = added & revoked
+            if moved:
+                self._fail(FatalConsumerError(Errors.UNKNOWN_SERVER_ERROR, f"assignor {assignor.name!r} violates "
+                                              f"the cooperative protocol: {sorted(moved)} moved in one round"))
+                return None
         return {m: encode_assignment(result.get(m, Assignment())) for m in subscriptions}
 
     def on_sync_response(self, request: SyncGroupRequest, response: SyncGroupResponse,

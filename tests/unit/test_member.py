@@ -287,6 +287,22 @@ def test_rebalance_protocol_is_the_common_one():
         rebalance_protocol_of([OnlyCoop(), RangeLike()])
 
 
+def test_leader_refuses_a_cooperative_assignment_that_moves_an_owned_partition_in_one_round():
+    class Greedy(CoopLike):
+        def assign(self, partitions_per_topic, subscriptions):
+            return {"m1": Assignment(((T, 0), (T, 1))), "m2": Assignment()}
+
+    leader, other = new_member(Greedy()), new_member(CoopLike())
+    make_stable(other, [(T, 1)])
+    other.request_rejoin("x")
+    req = send_join(leader)
+    members = [JoinGroupMember("m1", None, req.protocols[0][1]),
+               JoinGroupMember("m2", None, send_join(other).protocols[0][1])]
+    join_ok(leader, req, member_id="m1", leader="m1", members=members, protocol="coop", topics={T: 2})
+    with pytest.raises(FatalConsumerError, match="cooperative"):
+        leader.poll_rebalance(0)
+
+
 # ------------------------------------------------------------------------------------------------
 # JoinGroup errors
 # ------------------------------------------------------------------------------------------------
