@@ -156,29 +156,9 @@ def _resolve_assignors(assignors: Any) -> list[Any]:
     return out
 
 
-class _RangeAdapter:
-    """``range`` over ``raygroups.assignors.range_assign``, used only while ``get_assignor`` is unavailable."""
-
-    name = "range"
-    protocol = "EAGER"
-    supported_protocols = ("EAGER",)
-
-    def assign(self, partitions_per_topic, subscriptions):
-        from coordinator.consumer_protocol import Assignment
-        from raygroups.assignors import range_assign
-
-        plan = range_assign({m: s.topics for m, s in subscriptions.items()}, partitions_per_topic)
-        return {m: Assignment(tuple(tps)) for m, tps in plan.items()}
-
-
 def _get_assignor(name: str) -> Any:
-    from raygroups import assignors as registry
+    from raygroups.assignors import get_assignor  # a fresh instance: sticky assignors keep per-member state
 
-    get_assignor = getattr(registry, "get_assignor", None)
-    if get_assignor is None:  # TODO(lead): drop once raygroups.assignors.get_assignor is committed
-        if name == "range":
-            return _RangeAdapter()
-        raise ValueError(f"assignors: unknown assignor {name!r}; known assignors: range")
     try:
         return get_assignor(name)
     except ValueError as e:

@@ -10,7 +10,6 @@ import itertools
 
 import pytest
 
-from raygroups import assignors as assignor_registry
 from raygroups.consumer import (
     CommitFailedError,
     Consumer,
@@ -232,8 +231,6 @@ def test_a_consumer_that_stops_polling_leaves_and_its_commit_fails():
     assert ("revoked", owned) not in slow._listener.events
 
 
-@pytest.mark.xfail(not hasattr(assignor_registry, "get_assignor"), run=False, strict=True,
-                   reason="cooperative-sticky is not available until raygroups.assignors.get_assignor lands")
 def test_cooperative_sticky_adding_a_member_keeps_unaffected_partitions_owned():
     env = Env()
     c1 = env.consumer("c1", assignors=("cooperative-sticky",))
