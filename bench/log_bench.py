@@ -62,6 +62,7 @@ def machine() -> dict:
         "python": platform.python_version(),
         "msgpack": ".".join(map(str, msgpack.version)),
         "platform": platform.platform(),
+        "load_average_1m_at_start": os.getloadavg()[0],
     }
 
 
@@ -253,6 +254,7 @@ def main() -> None:
     os.makedirs(RESULTS, exist_ok=True)
     root = tempfile.mkdtemp(prefix="log-bench-", dir=args.dir or RESULTS)
     n = 100_000 if args.quick else 1_000_000
+    started_on = machine()
     started = time.perf_counter()
     try:
         replay_main = bench_replay(root, n, distinct=False, repeat=3)
@@ -262,7 +264,7 @@ def main() -> None:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     result = {
-        "machine": machine(),
+        "machine": started_on,
         "replay": replay_main,
         "replay_all_keys_distinct": replay_distinct,
         "append_fsync_per_batch": appends,
@@ -272,7 +274,10 @@ def main() -> None:
     with open(os.path.join(RESULTS, "log_bench.json"), "w") as f:
         json.dump(result, f, indent=2)
     m = result["machine"]
-    print(f"machine: {m['nproc']} x {m['cpu_model']}, Python {m['python']}, msgpack {m['msgpack']}")
+    print(
+        f"machine: {m['nproc']} x {m['cpu_model']}, Python {m['python']}, msgpack {m['msgpack']}, "
+        f"load average {m['load_average_1m_at_start']:.2f} at start"
+    )
     print(f"{'measure':<58}{'value':>16}")
     for name, r in (("replay, 10k keys", replay_main), ("replay, all keys distinct", replay_distinct)):
         print(f"{name + ': replay records/s (files, CRC, apply)':<58}{r['loader_records_per_s']:>16,.0f}")
