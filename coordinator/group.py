@@ -258,8 +258,8 @@ class ClassicGroup:
         if self.is_leader(old_member_id):
             self.leader_id = new_member_id
         self.static_members[instance_id] = new_member_id
-        if old_member_id in self.pending_sync_members:
-            self.pending_sync_members.discard(old_member_id)
+        # Kafka's new coordinator leaves the old id in the pending-sync set: if the old member never
+        # synced, the DelayedSync still expires and starts a rebalance (reference §2.4, §2.7).
         return new
 
     def complete_join(self, member: Member, response) -> bool:

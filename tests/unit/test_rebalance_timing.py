@@ -439,3 +439,56 @@ def test_commit_in_completing_rebalance_does_not_reset_the_session_timer():
     assert ctx.commit({T0: (7, "")}, generation_id=gen, member_id=m1).errors == {T0: Errors.REBALANCE_IN_PROGRESS}
     ctx.clock.advance(1_000)
     assert members_of(ctx) == [m2]
+
+
+def test_leave_during_the_initial_rebalance_does_not_complete_it_early():
+    """Kafka's new coordinator at the snapshot: LeaveGroup in PreparingRebalance calls maybeCompleteJoinPhase,
+    which never completes an initial (delayed) rebalance; only its timer does (here R = D = 3000, so the
+    first expiry completes it although m2's join had set newMemberAdded)."""
+    ctx = _delay_ctx()
+    f1 = ctx.join_new_dynamic(rebalance_timeout_ms=3_000)
+    f2 = ctx.join_new_dynamic(rebalance_timeout_ms=3_000)
+    ctx.clock.advance(1_000)
+    m2 = list(ctx.coord.group_for_testing(GROUP).members)[1]
+    assert ctx.leave([(m2, None)]).members == [(m2, None, Errors.NONE)]
+    assert f2.result(timeout=0).error is Errors.UNKNOWN_MEMBER_ID
+    ctx.clock.advance(1_999)
+    assert not f1.done()
+    ctx.clock.advance(1)
+    r = f1.result(timeout=0)
+    assert (r.error, r.generation_id, len(r.members)) == (Errors.NONE, 1, 1)
+
+
+def test_pending_member_expiry_completes_an_initial_rebalance_early():
+    """removePendingMemberAndUpdateClassicGroup has no initial-rebalance guard: once the only other
+    (pending) member expires and everybody else has joined, the join completes before the delay."""
+    ctx = _delay_ctx()
+    f1 = ctx.join_new_dynamic(rebalance_timeout_ms=9_000)
+    pending = ctx.join(session_timeout_ms=100).result(timeout=0)
+    assert pending.error is Errors.MEMBER_ID_REQUIRED
+    ctx.clock.advance(99)
+    assert not f1.done()
+    ctx.clock.advance(1)
+    r = f1.result(timeout=0)
+    assert (r.error, r.generation_id) == (Errors.NONE, 1)
+    assert ctx.clock.now_ms() == 100
+
+
+def test_replacing_a_static_member_that_never_synced_still_rebalances_at_the_sync_timeout():
+    """Kafka's new coordinator: replaceStaticMember re-keys the member but leaves the old id in the
+    pending-sync set, so the DelayedSync still finds a member that "never synced" and starts a rebalance
+    (removing the old id is a no-op; the new id and the others stay)."""
+    ctx = Ctx()
+    kw = dict(session_timeout_ms=60_000, rebalance_timeout_ms=10_000)
+    fa, fb = ctx.join(group_instance_id="a", **kw), ctx.join(group_instance_id="b", **kw)
+    ra, rb = complete_initial_join(ctx, [fa, fb])
+    assert ctx.sync(ra.member_id, 1, group_instance_id="a").result(timeout=0).error is Errors.NONE
+    assert ctx.state() == "Stable"
+    new_b = ctx.join(group_instance_id="b", **kw).result(timeout=0)
+    assert (new_b.error, new_b.generation_id) == (Errors.NONE, 1)
+    assert ctx.sync(new_b.member_id, 1, group_instance_id="b").result(timeout=0).error is Errors.NONE
+    ctx.clock.advance(9_999)
+    assert ctx.state() == "Stable"
+    ctx.clock.advance(1)  # 10 s after the join phase completed (at t=1)
+    assert ctx.state() == "PreparingRebalance"
+    assert members_of(ctx) == [ra.member_id, new_b.member_id]
