@@ -81,7 +81,11 @@ class Assignor(ABC):
         assignment: Assignment | Iterable[TopicPartition] | None = None,
         generation: int | None = None,
     ) -> bytes | None:
-        """The ``user_data`` this member puts in its Subscription (``None``: nothing)."""
+        """The ``user_data`` this member puts in its Subscription (``None``: nothing).
+
+        Stateful assignors describe what ``on_assignment`` last told them, as Kafka's do;
+        ``assignment`` and ``generation`` (what the caller holds now) stand in only until then.
+        """
         return None
 
     @abstractmethod
@@ -539,10 +543,15 @@ class StickyAssignor(_StickyBase):
     name = "sticky"
 
     def subscription_user_data(self, topics, assignment=None, generation=None):
-        partitions = _partitions_of(assignment) if assignment is not None else self._assignment
-        if partitions is None:
-            return None
-        return encode_sticky_user_data(partitions, self._generation if generation is None else generation)
+        # The last assignment received, not what the member owns now: under EAGER it revoked
+        # everything before joining, and what it had is exactly what stickiness needs.
+        if self._assignment is not None:
+            return encode_sticky_user_data(self._assignment, self._generation)
+        if assignment is None:
+            return None  # never assigned anything: nothing to say (as Kafka)
+        return encode_sticky_user_data(
+            _partitions_of(assignment), DEFAULT_GENERATION if generation is None else generation
+        )
 
     def member_data(self, subscription):
         if subscription.user_data:
@@ -576,7 +585,9 @@ class CooperativeStickyAssignor(_StickyBase):
     supported_protocols = (COOPERATIVE, EAGER)
 
     def subscription_user_data(self, topics, assignment=None, generation=None):
-        return encode_cooperative_user_data(self._generation if generation is None else generation)
+        if self._assignment is None and generation is not None:
+            return encode_cooperative_user_data(generation)
+        return encode_cooperative_user_data(self._generation)
 
     def member_data(self, subscription):
         generation = subscription.generation_id

@@ -908,10 +908,38 @@ def test_sticky_user_data_is_kafkas_byte_layout():
 def test_sticky_user_data_after_on_assignment():
     a = StickyAssignor()
     assert a.subscription_user_data({"t"}) is None  # never assigned: nothing to say (as Kafka)
-    a.on_assignment(Assignment((("t", 1),)), 3)
-    assert decode_sticky_user_data(a.subscription_user_data({"t"})) == MemberData((("t", 1),), 3)
+    # before any on_assignment, what the caller holds stands in
     explicit = a.subscription_user_data({"t"}, [("t", 0)], 4)
     assert decode_sticky_user_data(explicit) == MemberData((("t", 0),), 4)
+    a.on_assignment(Assignment((("t", 1),)), 3)
+    assert decode_sticky_user_data(a.subscription_user_data({"t"})) == MemberData((("t", 1),), 3)
+    # an EAGER member has revoked everything before it rejoins, so it owns nothing (and may have
+    # been reset to no generation): the user data still carries its last assignment
+    after_revoke = a.subscription_user_data({"t"}, (), DEFAULT_GENERATION)
+    assert decode_sticky_user_data(after_revoke) == MemberData((("t", 1),), 3)
+
+
+def test_sticky_stays_sticky_under_eager_rejoins():
+    # members as Kafka's eager consumer runs them: revoke all, rejoin with empty owned_partitions
+    ppt = {"topic": 6}
+    members = {m: StickyAssignor() for m in ("consumer1", "consumer2", "consumer3")}
+    leader = StickyAssignor()
+
+    def join(ms, generation):
+        subs = {
+            m: sub(["topic"], (), generation, members[m].subscription_user_data(["topic"], (), generation))
+            for m in ms
+        }
+        result = leader.assign(ppt, subs)
+        for m, assignment in result.items():
+            members[m].on_assignment(assignment, generation + 1)
+        return plan(result)
+
+    first = join(["consumer1", "consumer2", "consumer3"], 0)
+    second = join(["consumer1", "consumer2"], 1)
+    assert all(set(first[m]) <= set(second[m]) for m in second)
+    third = join(["consumer1", "consumer2", "consumer3"], 2)
+    assert all(len(set(second[m]) & set(third[m])) == 2 for m in second)
 
 
 def test_sticky_member_data_honours_user_data_over_subscription_fields():
@@ -942,8 +970,10 @@ def test_sticky_old_schema_claims_still_count():
 def test_cooperative_user_data_and_member_data():
     a = CooperativeStickyAssignor()
     assert decode_cooperative_user_data(a.subscription_user_data({"t"})) == DEFAULT_GENERATION
+    assert a.subscription_user_data({"t"}, (), 7) == encode_cooperative_user_data(7)
     a.on_assignment(Assignment(), 10)
     assert a.subscription_user_data({"t"}) == encode_cooperative_user_data(10) == b"\x00\x00\x00\x0a"
+    assert a.subscription_user_data({"t"}, (), DEFAULT_GENERATION) == encode_cooperative_user_data(10)
     assert decode_cooperative_user_data(None) == DEFAULT_GENERATION
     assert decode_cooperative_user_data(b"\x01") == DEFAULT_GENERATION
     # generation_id in the subscription wins; owned partitions always come from the subscription
