@@ -257,6 +257,8 @@ class GroupMember:
         if not self._coordinator_unknown:
             self._coordinator_unknown = True
             self._coordinator_retry_ms = now_ms + self.retry_backoff_ms
+        # like a dropped connection: a heartbeat still in flight no longer blocks the next one
+        self._heartbeat_inflight = None
 
     def coordinator_ready(self, now_ms: int) -> bool:
         """True when requests may be sent; a rediscovery (after backoff) restarts the session timer."""

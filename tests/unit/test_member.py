@@ -521,6 +521,7 @@ def test_no_heartbeat_answer_within_the_session_timeout_marks_the_coordinator_un
     m.on_poll(SESSION)
     assert m.poll_background(SESSION) is None and m.coordinator_unknown
     assert m.state is MemberState.STABLE  # the generation is kept; only the coordinator is rediscovered
+    assert m.poll_background(SESSION + BACKOFF) is not None  # the unanswered heartbeat does not block forever
 
 
 # ------------------------------------------------------------------------------------------------
