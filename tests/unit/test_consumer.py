@@ -7,6 +7,7 @@ advances the clock. Nothing here waits for real time."""
 from __future__ import annotations
 
 import itertools
+import time
 
 import pytest
 
@@ -316,6 +317,24 @@ def test_wall_clock_consumer_runs_a_heartbeat_thread_and_close_stops_it():
     c.close()
     assert not thread.is_alive()
     assert env.coord.group_state_for_testing(GROUP) in ("PreparingRebalance", "Empty")
+
+
+def test_wall_clock_heartbeat_thread_leaves_when_poll_is_not_called_in_time():
+    env = Env()
+    c = Consumer(env.coord, GROUP, [TOPIC], session_timeout_ms=5_000, heartbeat_interval_ms=5,
+                 max_poll_interval_ms=100)
+    for _ in range(50):
+        if c.poll(0) and c.state == "STABLE":
+            break
+        env.clock.advance(0)
+    assert c.state == "STABLE"
+    deadline = time.monotonic() + 10.0  # a bound, not an expectation: the thread acts after ~100 ms
+    while c.member_id and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert c.member_id == "" and len(env.group().members) == 0
+    with pytest.raises(CommitFailedError):
+        c.commit({(TOPIC, 0): 1})
+    c.close()
 
 
 @pytest.mark.parametrize("kwargs,exc,name", [
