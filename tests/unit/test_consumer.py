@@ -54,6 +54,7 @@ class Env:
         self.coord = InProcessCoordinator(num_partitions=1, clock=self.clock, config={**CONFIG, **(config or {})},
                                           member_id_generator=lambda prefix: f"{prefix}-{next(ids)}")
         self.coord.create_topic(TOPIC, PARTITIONS)
+        self.listeners: dict[Consumer, Recorder] = {}
 
     def consumer(self, name, listener=None, **kw) -> Consumer:
         kw.setdefault("session_timeout_ms", 10_000)
@@ -61,7 +62,11 @@ class Env:
         listener = listener or Recorder()
         c = Consumer(self.coord, GROUP, [TOPIC], client_id=name, clock=self.clock, listener=listener, **kw)
         listener.consumer = c
+        self.listeners[c] = listener
         return c
+
+    def events(self, consumer) -> list[tuple[str, frozenset]]:
+        return self.listeners[consumer].events
 
     def drive(self, consumers, until, max_steps=400, step_ms=100, each_step=None):
         for _ in range(max_steps):
@@ -97,7 +102,7 @@ def test_three_consumers_form_a_group_and_split_the_partitions():
     assert env.group().generation_id == cs[0].generation_id
     assert env.coord.group_state_for_testing(GROUP) == "Stable"
     for c in cs:
-        assert c._listener.events[-1] == ("assigned", c.assignment())
+        assert env.events(c)[-1] == ("assigned", c.assignment())
     # positions: committed offset, else 0; commit() commits positions; committed() reads them back
     c0 = cs[0]
     tp = min(c0.assignment())
@@ -129,23 +134,27 @@ def test_closing_a_consumer_moves_its_partitions_to_the_others():
     leaving = cs[1]
     owned = leaving.assignment()
     leaving.close()
-    assert leaving._listener.events[-1] == ("revoked", owned)
+    assert env.events(leaving)[-1] == ("revoked", owned)
     assert len(env.group().members) == 2  # LeaveGroup: no need to wait for the session timeout
     rest = [cs[0], cs[2]]
     env.drive(rest, settled(rest))
     assert [len(c.assignment()) for c in rest] == [3, 3] and rest[0].generation_id == gen + 1
     # eager: each survivor revoked everything, then got the full new assignment
     for c in rest:
-        assert [kind for kind, _ in c._listener.events[-2:]] == ["revoked", "assigned"]
-        assert c._listener.events[-1] == ("assigned", c.assignment())
+        assert [kind for kind, _ in env.events(c)[-2:]] == ["revoked", "assigned"]
+        assert env.events(c)[-1] == ("assigned", c.assignment())
     leaving.close()  # idempotent
     with pytest.raises(RuntimeError, match="closed"):
         leaving.poll(0)
 
 
-def test_commit_inside_on_partitions_revoked_hands_over_the_position():
+@pytest.mark.parametrize("how", ["listener commits on revoke", "auto-commit before revocation"])
+def test_positions_are_committed_before_revocation_and_handed_over(how):
     env = Env()
-    c0 = env.consumer("c0", listener=Recorder(commit_on_revoke=True), enable_auto_commit=False)
+    if how == "listener commits on revoke":
+        c0 = env.consumer("c0", listener=Recorder(commit_on_revoke=True), enable_auto_commit=False)
+    else:
+        c0 = env.consumer("c0", enable_auto_commit=True, auto_commit_interval_ms=1_000_000)
     env.drive([c0], settled([c0]))
     for tp in sorted(c0.assignment()):
         c0.seek(tp, 100 + tp[1])
@@ -196,7 +205,7 @@ def test_static_member_restart_within_the_session_causes_no_rebalance(restarting
     assert a.is_leader  # restarting "a" exercises the leader path (skip_assignment), "b" a follower
     gen, old = env.group().generation_id, {"a": a.assignment(), "b": b.assignment()}
     stayer, goer = (b, a) if restarting == "a" else (a, b)
-    events_before = list(stayer._listener.events)
+    events_before = list(env.events(stayer))
     goer.close()
     assert len(env.group().members) == 2  # no LeaveGroup from a static member
     env.clock.advance(2_000)
@@ -205,8 +214,8 @@ def test_static_member_restart_within_the_session_causes_no_rebalance(restarting
     env.drive([stayer, again], settled([stayer, again]), max_steps=30)  # and it stays that way
     assert again.assignment() == old[restarting] and again.generation_id == gen
     assert env.group().generation_id == gen and stayer.generation_id == gen
-    assert stayer._listener.events == events_before
-    assert again._listener.events == [("assigned", old[restarting])]
+    assert env.events(stayer) == events_before
+    assert env.events(again) == [("assigned", old[restarting])]
 
 
 def test_a_consumer_that_stops_polling_leaves_and_its_commit_fails():
@@ -228,8 +237,8 @@ def test_a_consumer_that_stops_polling_leaves_and_its_commit_fails():
     env.drive([fast], settled([fast]))
     # the next poll rejoins; the old partitions were lost, not revoked
     env.drive([slow, fast], settled([slow, fast]))
-    assert ("lost", owned) in slow._listener.events
-    assert ("revoked", owned) not in slow._listener.events
+    assert ("lost", owned) in env.events(slow)
+    assert ("revoked", owned) not in env.events(slow)
 
 
 def test_cooperative_sticky_adding_a_member_keeps_unaffected_partitions_owned():
@@ -240,7 +249,7 @@ def test_cooperative_sticky_adding_a_member_keeps_unaffected_partitions_owned():
     gen = c1.generation_id
     before = {c: c.assignment() for c in (c1, c2)}
     for c in (c1, c2):
-        c._listener.events.clear()
+        env.events(c).clear()
     c3 = env.consumer("c3", assignors=("cooperative-sticky",))
     kept = {}
 
@@ -256,10 +265,10 @@ def test_cooperative_sticky_adding_a_member_keeps_unaffected_partitions_owned():
         final = c.assignment()
         assert final <= before[c]
         assert all(final <= seen for seen in kept[c])
-        revoked = frozenset().union(*(tps for kind, tps in c._listener.events if kind == "revoked"))
+        revoked = frozenset().union(*(tps for kind, tps in env.events(c) if kind == "revoked"))
         assert revoked == before[c] - final and revoked <= c3.assignment()
-        assert all(kind != "lost" for kind, _ in c._listener.events)
-    assert c3._listener.events[-1] == ("assigned", c3.assignment())
+        assert all(kind != "lost" for kind, _ in env.events(c))
+    assert env.events(c3)[-1] == ("assigned", c3.assignment())
 
 
 def test_another_instance_with_the_same_group_instance_id_fences_the_first():
