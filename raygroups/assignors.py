@@ -40,14 +40,21 @@ DEFAULT_GENERATION = -1
 
 
 def range_assign(
-    subscriptions: Mapping[str, Sequence[str]], partitions_per_topic: Mapping[str, int]
+    subscriptions: Mapping[str, Sequence[str]],
+    partitions_per_topic: Mapping[str, int],
+    group_instance_ids: Mapping[str, str | None] | None = None,
 ) -> dict[str, list[tuple[str, int]]]:
-    """``subscriptions``: member id -> subscribed topics. Returns member id -> [(topic, partition)]."""
+    """``subscriptions``: member id -> subscribed topics. Returns member id -> [(topic, partition)].
+
+    ``group_instance_ids`` (member id -> ``group.instance.id``) orders static members first, by
+    instance id, as Kafka does, so a static member keeps its ranges when its member id changes.
+    """
     assignment: dict[str, list[tuple[str, int]]] = {m: [] for m in subscriptions}
     topics = sorted({t for ts in subscriptions.values() for t in ts})
+    rank = _member_order(group_instance_ids)
     for topic in topics:
         n = partitions_per_topic.get(topic, 0)
-        consumers = sorted(m for m, ts in subscriptions.items() if topic in ts)
+        consumers = sorted((m for m, ts in subscriptions.items() if topic in ts), key=rank)
         if not consumers or n <= 0:
             continue
         per, extra = divmod(n, len(consumers))
@@ -57,6 +64,18 @@ def range_assign(
             assignment[member].extend((topic, p) for p in range(start, start + count))
             start += count
     return assignment
+
+
+def _member_order(group_instance_ids: Mapping[str, str | None] | None):
+    """Sort key over member ids: Kafka's ``MemberInfo`` order, static members (by group.instance.id)
+    before dynamic ones (by member id)."""
+    ids = group_instance_ids or {}
+
+    def key(member_id: str) -> tuple[int, str]:
+        instance_id = ids.get(member_id)
+        return (0, instance_id) if instance_id is not None else (1, member_id)
+
+    return key
 
 
 class Assignor(ABC):
@@ -90,9 +109,16 @@ class Assignor(ABC):
 
     @abstractmethod
     def assign(
-        self, partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, Subscription]
+        self,
+        partitions_per_topic: Mapping[str, int],
+        subscriptions: Mapping[str, Subscription],
+        group_instance_ids: Mapping[str, str | None] | None = None,
     ) -> dict[str, Assignment]:
-        """member id -> Assignment, for every member in ``subscriptions``."""
+        """member id -> Assignment, for every member in ``subscriptions``.
+
+        ``group_instance_ids``: member id -> ``group.instance.id`` (``None`` for dynamic members),
+        from the JoinGroup response; the order-based assignors rank static members by it (KIP-345).
+        """
 
     def on_assignment(self, assignment: Assignment | Iterable[TopicPartition], generation: int) -> None:
         """Called on every member when SyncGroup hands it ``assignment`` in ``generation``."""
@@ -141,32 +167,34 @@ class RangeAssignor(Assignor):
     """Kafka's ``RangeAssignor``: per topic, consecutive ranges over the members sorted by id.
 
     Guarantees: for each topic, every partition goes to exactly one subscribed member; the counts of
-    one topic differ by at most one, the lower member ids getting the extra partitions. It does not
-    balance across topics (with many topics the first members get more) and is not sticky.
+    one topic differ by at most one, the first members getting the extra partitions (static members
+    first, by group.instance.id, then dynamic ones by member id). It does not balance across topics
+    (with many topics the first members get more) and is not sticky.
     """
 
     name = "range"
 
-    def assign(self, partitions_per_topic, subscriptions):
+    def assign(self, partitions_per_topic, subscriptions, group_instance_ids=None):
         _validate(partitions_per_topic, subscriptions)
-        plan = range_assign({m: tuple(s.topics) for m, s in subscriptions.items()}, partitions_per_topic)
-        return _to_assignments(plan)
+        topics = {m: tuple(s.topics) for m, s in subscriptions.items()}
+        return _to_assignments(range_assign(topics, partitions_per_topic, group_instance_ids))
 
 
 class RoundRobinAssignor(Assignor):
     """Kafka's ``RoundRobinAssignor``: all partitions, sorted by (topic, partition), dealt in turn.
 
     Guarantees: every subscribed partition goes to exactly one subscribed member; when all members
-    have identical subscriptions their counts differ by at most one. With different subscriptions
-    it can be unbalanced (the cursor skips members not subscribed to a topic) and it is not sticky.
+    have identical subscriptions their counts differ by at most one. Members are taken static first
+    (by group.instance.id), then dynamic (by member id). With different subscriptions it can be
+    unbalanced (the cursor skips members not subscribed to a topic) and it is not sticky.
     """
 
     name = "roundrobin"
 
-    def assign(self, partitions_per_topic, subscriptions):
+    def assign(self, partitions_per_topic, subscriptions, group_instance_ids=None):
         _validate(partitions_per_topic, subscriptions)
         topics_of = _effective_topics(partitions_per_topic, subscriptions)
-        members = sorted(subscriptions)
+        members = sorted(subscriptions, key=_member_order(group_instance_ids))
         plan: dict[str, list[TopicPartition]] = {m: [] for m in members}
         cursor = 0
         for topic in sorted(set().union(*topics_of.values()) if members else ()):
@@ -311,12 +339,13 @@ def _sticky_plan(
     owned = _resolve_claims(partitions_per_topic, topics_of, member_data)
     topics = sorted(set().union(*topics_of.values())) if topics_of else []
     all_partitions = [(t, p) for t in topics for p in range(partitions_per_topic[t])]
-    if not topics_of:
-        target: dict[str, list[TopicPartition]] = {}
-    elif len(set(topics_of.values())) == 1:
-        target = _assign_uniform(all_partitions, owned)
-    else:
-        target = _assign_general(all_partitions, topics_of, owned)
+    # members with nothing to read take no part (and do not push the others off the fast path)
+    readers = {m: ts for m, ts in topics_of.items() if ts}
+    target: dict[str, list[TopicPartition]] = {m: [] for m in topics_of}
+    if len(set(readers.values())) == 1:
+        target.update(_assign_uniform(all_partitions, {m: owned[m] for m in readers}))
+    elif readers:
+        target.update(_assign_general(all_partitions, readers, owned))
     return _StickyPlan(target, owned)
 
 
@@ -558,7 +587,8 @@ class StickyAssignor(_StickyBase):
             return decode_sticky_user_data(subscription.user_data)
         return MemberData(tuple(subscription.owned_partitions), subscription.generation_id)
 
-    def assign(self, partitions_per_topic, subscriptions):
+    def assign(self, partitions_per_topic, subscriptions, group_instance_ids=None):
+        # static or not, a member's previous partitions come back with it through its claims
         return _to_assignments(self._plan(partitions_per_topic, subscriptions).target)
 
 
@@ -595,7 +625,7 @@ class CooperativeStickyAssignor(_StickyBase):
             generation = decode_cooperative_user_data(subscription.user_data)
         return MemberData(tuple(subscription.owned_partitions), generation)
 
-    def assign(self, partitions_per_topic, subscriptions):
+    def assign(self, partitions_per_topic, subscriptions, group_instance_ids=None):
         plan = self._plan(partitions_per_topic, subscriptions)
         claimed_by: dict[TopicPartition, set[str]] = {}
         for m, sub in subscriptions.items():

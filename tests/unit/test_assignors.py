@@ -361,6 +361,56 @@ def test_roundrobin_keeps_one_cursor_across_topics():
     }
 
 
+@pytest.mark.parametrize(
+    "name, expected_b, expected_a",
+    [
+        ("range", tps("topic1", 0, 1) + tps("topic2", 0, 1), tps("topic1", 2) + tps("topic2", 2)),
+        ("roundrobin", tps("topic1", 0, 2) + tps("topic2", 1), tps("topic1", 1) + tps("topic2", 0, 2)),
+    ],
+)
+@pytest.mark.parametrize("a_instance", ["instance2", None])
+def test_static_members_rank_by_instance_id_before_dynamic_ones(name, expected_b, expected_a, a_instance):
+    # consumer-a sorts first by member id, but consumer-b is static ("instance1"): it comes first
+    # whether consumer-a is static with a later instance id or dynamic
+    subs = {"consumer-b": sub(["topic1", "topic2"]), "consumer-a": sub(["topic1", "topic2"])}
+    ids = {"consumer-b": "instance1", "consumer-a": a_instance}
+    result = plan(get_assignor(name).assign({"topic1": 3, "topic2": 3}, subs, ids))
+    assert result == {"consumer-b": expected_b, "consumer-a": expected_a}
+
+
+@pytest.mark.parametrize("name", ["range", "roundrobin"])
+def test_static_member_assignment_survives_member_id_changes(name):
+    ppt = {"topic1": 5, "topic2": 5}
+    both = ["topic1", "topic2"]
+    first_ids = {
+        "consumer1": "instance1",
+        "consumer2": "instance2",
+        "consumer3": "instance3",
+        "consumer4": None,
+    }
+    first = plan(get_assignor(name).assign(ppt, {m: sub(both) for m in first_ids}, first_ids))
+    if name == "roundrobin":
+        assert first == {
+            "consumer1": tps("topic1", 0, 4) + tps("topic2", 3),
+            "consumer2": tps("topic1", 1) + tps("topic2", 0, 4),
+            "consumer3": tps("topic1", 2) + tps("topic2", 1),
+            "consumer4": tps("topic1", 3) + tps("topic2", 2),
+        }
+    # the static members restart with new member ids that sort the other way round; a new
+    # dynamic member replaces consumer4
+    second_ids = {"zz-1": "instance1", "yy-2": "instance2", "xx-3": "instance3", "consumer5": None}
+    second = plan(get_assignor(name).assign(ppt, {m: sub(both) for m in second_ids}, second_ids))
+    by_instance = {first_ids[m] or "dynamic": parts for m, parts in first.items()}
+    assert {second_ids[m] or "dynamic": parts for m, parts in second.items()} == by_instance
+
+
+@pytest.mark.parametrize("name", STICKY_NAMES)
+def test_sticky_assignors_accept_instance_ids(name):
+    subs = {"consumer-b": sub(["topic"]), "consumer-a": sub(["topic"])}
+    ids = {"consumer-b": "instance1", "consumer-a": None}
+    assert run(name, {"topic": 2}, subs) == plan(get_assignor(name).assign({"topic": 2}, subs, ids))
+
+
 # ------------------------------------------------------------------------------------------------
 # sticky scenarios (AbstractStickyAssignorTest), for both sticky assignors
 
