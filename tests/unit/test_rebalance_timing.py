@@ -492,3 +492,78 @@ def test_replacing_a_static_member_that_never_synced_still_rebalances_at_the_syn
     ctx.clock.advance(1)  # 10 s after the join phase completed (at t=1)
     assert ctx.state() == "PreparingRebalance"
     assert members_of(ctx) == [ra.member_id, new_b.member_id]
+
+
+def test_rebalance_completes_before_a_static_member_rejoins():
+    """testRebalanceCompletesBeforeMemberJoins, step by step with the same numbers: a static member that
+    does not rejoin stays in the group (its heartbeats then get ILLEGAL_GENERATION) until its session
+    times out, which starts the next rebalance."""
+    ctx = Ctx()
+    lead = ctx.join(group_instance_id="leader-instance-id", rebalance_timeout_ms=10_000, session_timeout_ms=5_000)
+    first = complete_initial_join(ctx, [lead])[0]
+    first_id = first.member_id
+    assert (first.generation_id, ctx.state()) == (1, "CompletingRebalance")
+    assert ctx.sync(first_id, 1).result(timeout=0).error is Errors.NONE
+    assert ctx.state() == "Stable"
+    second = ctx.join(require_known_member_id=False, rebalance_timeout_ms=10_000, session_timeout_ms=2_500)
+    assert not second.done()
+    assert ctx.state() == "PreparingRebalance"
+    for _ in range(2):
+        ctx.clock.advance(2_500)
+        assert ctx.heartbeat(first_id, 1).error is Errors.REBALANCE_IN_PROGRESS
+    ctx.clock.advance(8_000)
+    r = second.result(timeout=0)
+    assert (r.error, r.generation_id, r.leader) == (Errors.NONE, 2, r.member_id)
+    assert members_of(ctx) == [first_id, r.member_id]
+    assert ctx.state() == "CompletingRebalance"
+    other_id = r.member_id
+    assert ctx.sync(other_id, 2).result(timeout=0).error is Errors.NONE
+    assert ctx.state() == "Stable"
+    assert ctx.heartbeat(first_id, 1).error is Errors.ILLEGAL_GENERATION
+    for expected in (Errors.NONE, Errors.NONE, Errors.REBALANCE_IN_PROGRESS):
+        ctx.clock.advance(2_000)
+        assert ctx.heartbeat(other_id, 2).error is expected
+    assert members_of(ctx) == [other_id]
+    assert ctx.state() == "PreparingRebalance"
+    rejoin = ctx.join(member_id=other_id, rebalance_timeout_ms=10_000, session_timeout_ms=2_500).result(timeout=0)
+    assert (rejoin.error, rejoin.generation_id) == (Errors.NONE, 3)
+    assert ctx.state() == "CompletingRebalance"
+
+
+def test_new_member_gets_the_session_timeout_once_its_join_completed():
+    """testNewMemberFailureAfterJoinGroupCompletion: after the join phase the new member's 300 s join
+    timeout is replaced by its 5 s session timeout."""
+    ctx = Ctx()
+    kw = dict(session_timeout_ms=5_000, rebalance_timeout_ms=10_000)
+    gen, (m1,), _ = ctx.stable_group(1, **kw)
+    other = ctx.join(require_known_member_id=False, **kw)
+    again = ctx.join(member_id=m1, **kw)
+    assert other.result(timeout=0).error is Errors.NONE
+    assert again.result(timeout=0).generation_id == gen + 1
+    ctx.clock.advance(4_999)
+    assert len(members_of(ctx)) == 2
+    ctx.clock.advance(1)
+    assert members_of(ctx) == []
+    assert ctx.state() == "Empty"
+    ctx.assert_replay_matches()
+
+
+def test_pending_member_expiring_in_stable_changes_nothing():
+    """testSecondMemberPartiallyJoinAndTimeout: a member that never completed the KIP-394 handshake
+    expires from the pending set; the Stable group keeps its generation and member."""
+    ctx = Ctx()
+    kw = dict(session_timeout_ms=5_000, rebalance_timeout_ms=10_000)
+    lead = ctx.join(group_instance_id="leader-instance-id", **kw)
+    first_id = complete_initial_join(ctx, [lead])[0].member_id
+    ctx.sync(first_id, 1).result(timeout=0)
+    records = ctx.records()
+    pending = ctx.join(**kw).result(timeout=0)
+    assert pending.error is Errors.MEMBER_ID_REQUIRED
+    group = ctx.coord.group_for_testing(GROUP)
+    assert (group.pending_members, ctx.state()) == ({pending.member_id}, "Stable")
+    for _ in range(2):
+        ctx.clock.advance(2_500)
+        assert ctx.heartbeat(first_id, 1).error is Errors.NONE
+    assert group.pending_members == set()
+    assert (members_of(ctx), group.generation_id, ctx.state()) == ([first_id], 1, "Stable")
+    assert ctx.records() == records

@@ -428,3 +428,15 @@ def test_leave_of_everyone_writes_an_empty_group():
     assert key == GroupMetadataKey(GROUP)
     assert (value.generation, value.members, value.leader) == (gen + 1, (), None)
     ctx.assert_replay_matches()
+
+
+def test_pending_member_leaving_a_stable_group_starts_a_rebalance():
+    """classicGroupLeaveToClassicGroup counts a removed pending member as a valid leave, and any valid
+    leave of a Stable group goes through maybePrepareRebalanceOrCompleteJoin."""
+    ctx = Ctx()
+    gen, (m1,), _ = ctx.stable_group(1)
+    pending = ctx.join().result(timeout=0).member_id
+    assert ctx.state() == "Stable"
+    assert ctx.leave([(pending, None)]).members == [(pending, None, Errors.NONE)]
+    assert ctx.state() == "PreparingRebalance"
+    assert ctx.join(member_id=m1).result(timeout=0).generation_id == gen + 1
