@@ -714,3 +714,20 @@ def test_group_metadata_record_members_follow_the_protocol():
     value = group_values(ctx)[-1]
     assert value.protocol == "roundrobin"
     assert value.members == (MemberMetadata(m1, None, "client", "/127.0.0.1", 10_000, 10_000, b"rr", m1.encode()),)
+
+
+def test_static_member_replaced_during_the_initial_rebalance():
+    """testJoinGroupReplaceStaticMember: the old id's parked JoinGroup is fenced; one member, one awaiting
+    join; the new id completes with the initial delay."""
+    ctx = Ctx(config={"group.initial.rebalance.delay.ms": 3_000})
+    old = ctx.join(group_instance_id="group-instance-id", session_timeout_ms=5_000)
+    group = ctx.coord.group_for_testing(GROUP)
+    assert (group.num_awaiting_join, group.num_members) == (1, 1)
+    new = ctx.join(group_instance_id="group-instance-id", session_timeout_ms=5_000)
+    assert old.result(timeout=0).error is Errors.FENCED_INSTANCE_ID
+    assert not new.done()
+    assert (group.num_awaiting_join, group.num_members) == (1, 1)
+    ctx.clock.advance(3_000)
+    r = new.result(timeout=0)
+    assert (r.error, r.member_id, r.generation_id) == (Errors.NONE, "group-instance-id-2", 1)
+    assert (group.num_awaiting_join, group.num_members) == (0, 1)

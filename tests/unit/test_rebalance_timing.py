@@ -567,3 +567,22 @@ def test_pending_member_expiring_in_stable_changes_nothing():
     assert group.pending_members == set()
     assert (members_of(ctx), group.generation_id, ctx.state()) == ([first_id], 1, "Stable")
     assert ctx.records() == records
+
+
+def test_new_member_expiring_during_a_long_initial_rebalance_empties_the_group():
+    """testHeartbeatExpirationShouldRemoveMember: with a 10 min initial delay, the only (new) member times
+    out after the 300 s new-member join timeout; the join completes with no member: Empty, generation 1,
+    persisted."""
+    ctx = Ctx(config={"group.initial.rebalance.delay.ms": 600_000})
+    f = ctx.join(require_known_member_id=False)
+    assert not f.done()
+    ctx.clock.advance(299_999)
+    assert not f.done()
+    ctx.clock.advance(1)
+    r = f.result(timeout=0)
+    assert (r.error, r.member_id) == (Errors.UNKNOWN_MEMBER_ID, "")
+    assert ctx.state() == "Empty"
+    assert ctx.records()[-1] == (GroupMetadataKey(GROUP), GroupMetadataValue("consumer", 1, None, None, 300_000, ()))
+    ctx.assert_replay_matches()
+    ctx.clock.advance(299_999)  # the cancelled initial-delay timer (due at 600 s) cannot complete it again
+    assert (ctx.state(), ctx.coord.group_for_testing(GROUP).generation_id) == ("Empty", 1)
