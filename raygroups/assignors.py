@@ -2,10 +2,11 @@
 
 Four assignors with the semantics of Kafka's client assignors of the same names:
 
-* ``range`` (``RangeAssignor``): per topic, the subscribed members sorted by member id; each gets
-  ``n // m`` consecutive partitions and the first ``n % m`` members one more.
+* ``range`` (``RangeAssignor``): per topic, the subscribed members in order (static members by
+  group.instance.id, then dynamic ones by member id); each gets ``n // m`` consecutive partitions
+  and the first ``n % m`` members one more.
 * ``roundrobin`` (``RoundRobinAssignor``): every subscribed partition, sorted by (topic, partition),
-  dealt round-robin over the members sorted by id, skipping members not subscribed to its topic.
+  dealt round-robin over the members in the same order, skipping those not subscribed to its topic.
 * ``sticky`` (``StickyAssignor``, EAGER): a balanced assignment that keeps as many partitions as
   possible with their previous owner, read from the member's user data (Kafka's own format).
 * ``cooperative-sticky`` (``CooperativeStickyAssignor``, COOPERATIVE, KIP-429): the same target,
@@ -15,7 +16,8 @@ Four assignors with the semantics of Kafka's client assignors of the same names:
 The assignors work on decoded :class:`~coordinator.consumer_protocol.Subscription` objects and
 return decoded :class:`~coordinator.consumer_protocol.Assignment` objects; they are pure and
 deterministic (the same input gives the same output, whatever the order of the mappings).
-Rack-aware placement is not implemented: partitions carry no replica racks here.
+Rack-aware placement is not implemented: partitions carry no replica racks here. The module needs
+only the standard library and ``coordinator``, so it could live in the pure core unchanged.
 
 ``range_assign(subscriptions, partitions_per_topic)`` is the plain-data form of ``range`` used by
 the demo: member id -> topics in, member id -> [(topic, partition)] out.
@@ -339,14 +341,41 @@ def _sticky_plan(
     owned = _resolve_claims(partitions_per_topic, topics_of, member_data)
     topics = sorted(set().union(*topics_of.values())) if topics_of else []
     all_partitions = [(t, p) for t in topics for p in range(partitions_per_topic[t])]
-    # members with nothing to read take no part (and do not push the others off the fast path)
-    readers = {m: ts for m, ts in topics_of.items() if ts}
     target: dict[str, list[TopicPartition]] = {m: [] for m in topics_of}
-    if len(set(readers.values())) == 1:
-        target.update(_assign_uniform(all_partitions, {m: owned[m] for m in readers}))
-    elif readers:
-        target.update(_assign_general(all_partitions, readers, owned))
+    # Members that share no topic, directly or through others, are independent problems (balance
+    # and stickiness both add up over them); members reading nothing take no part at all. A part
+    # whose members all read the same topics takes the fast path.
+    for readers in _independent_parts(topics_of):
+        topics_here = set().union(*readers.values())
+        partitions = [tp for tp in all_partitions if tp[0] in topics_here]
+        if len(set(readers.values())) == 1:
+            target.update(_assign_uniform(partitions, {m: owned[m] for m in readers}))
+        else:
+            target.update(_assign_general(partitions, readers, owned))
     return _StickyPlan(target, owned)
+
+
+def _independent_parts(topics_of: Mapping[str, frozenset[str]]) -> list[dict[str, frozenset[str]]]:
+    """The connected components of the members-topics graph, members reading nothing left out."""
+    parent: dict[str, str] = {}
+
+    def root(topic: str) -> str:
+        while parent[topic] != topic:
+            parent[topic] = parent[parent[topic]]
+            topic = parent[topic]
+        return topic
+
+    for topics in topics_of.values():
+        for t in topics:
+            parent.setdefault(t, t)
+        first, *rest = sorted(topics) or [None]
+        for t in rest:
+            parent[root(t)] = root(first)
+    parts: dict[str, dict[str, frozenset[str]]] = {}
+    for m in sorted(topics_of):
+        if topics_of[m]:
+            parts.setdefault(root(min(topics_of[m])), {})[m] = topics_of[m]
+    return [parts[r] for r in sorted(parts)]
 
 
 def _kept_first(tps: Iterable[TopicPartition]) -> list[TopicPartition]:

@@ -850,6 +850,38 @@ def test_balance_beats_stickiness_along_a_chain(name):
 
 
 @pytest.mark.parametrize("name", STICKY_NAMES)
+def test_groups_reading_disjoint_topics_are_balanced_separately(name):
+    # Kafka's testAssignmentAndGroupWithNonEqualSubscriptionNotTimeout, scaled down: every fourth
+    # consumer reads the first half of the topics, the others the second half
+    a = get_assignor(name)
+    ppt = {f"topic{i:02d}": 20 for i in range(20)}
+    names = sorted(ppt)
+    subs = {f"consumer{i:03d}": sub(names[:10] if i % 4 == 0 else names[10:]) for i in range(100)}
+    first = plan(a.assign(ppt, subs))
+    check_valid(ppt, subs, first)
+    check_balanced(subs, first)
+    first_half = [m for m in subs if int(m[-3:]) % 4 == 0]
+    assert {len(first[m]) for m in first_half} == {8}  # 200 partitions over 25
+    assert {len(first[m]) for m in subs if m not in first_half} == {2, 3}  # 200 over 75
+    again = {m: rejoin(a, s.topics, first[m]) for m, s in subs.items()}
+    assert plan(a.assign(ppt, again)) == first
+
+
+@pytest.mark.parametrize("name", STICKY_NAMES)
+def test_large_uniform_group_then_a_member_leaves(name):
+    a = get_assignor(name)
+    ppt = {f"topic{i:02d}": 200 for i in range(50)}
+    subs = {f"consumer{i:04d}": sub(sorted(ppt)) for i in range(1000)}
+    first = plan(a.assign(ppt, subs))
+    assert {len(p) for p in first.values()} == {10}
+    subs = {m: rejoin(a, sorted(ppt), first[m]) for m in subs if m != "consumer0500"}
+    second = plan(a.assign(ppt, subs))
+    check_valid(ppt, subs, second)
+    assert fully_balanced(second)
+    assert all(set(first[m]) <= set(second[m]) for m in subs)
+
+
+@pytest.mark.parametrize("name", STICKY_NAMES)
 def test_uniform_three_topics_matches_kafka(name):
     # the non-rack-aware expectation of Kafka's testRackAwareAssignmentWithUniformSubscription
     ppt = {"t1": 6, "t2": 7, "t3": 2}
