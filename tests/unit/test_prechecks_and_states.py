@@ -259,13 +259,18 @@ def test_static_replacement_append_failure_is_reverted(append_error, client_erro
     assert group.members[ids["b"]].protocols == (("range", b"meta"),)
     assert group.num_awaiting_join == 0
     assert ctx.state() == "Stable"
-    assert ctx.heartbeat(ids["b"], gen, group_instance_id="b").error is Errors.NONE
     assert ctx.heartbeat("b-3", gen, group_instance_id="b").error is Errors.FENCED_INSTANCE_ID
     s = ctx.sync(ids["b"], gen, group_instance_id="b").result(timeout=0)
     assert (s.error, s.assignment) == (Errors.NONE, ids["b"].encode())
-    # The old id keeps its session: it expires 10 s after its last heartbeat unless it heartbeats.
-    ctx.clock.advance(10_000)
-    assert ids["b"] not in ctx.coord.group_for_testing(GROUP).members
+    # The old id's session timer is re-armed at the revert (t=1): without heartbeats it expires at 10 001
+    # while "a", which heartbeats, stays.
+    ctx.clock.advance(5_000)
+    assert ctx.heartbeat(ids["a"], gen, group_instance_id="a").error is Errors.NONE
+    ctx.clock.advance(4_999)
+    assert ids["b"] in ctx.coord.group_for_testing(GROUP).members
+    ctx.clock.advance(1)
+    assert list(ctx.coord.group_for_testing(GROUP).members) == [ids["a"]]
+    assert ctx.heartbeat(ids["b"], gen, group_instance_id="b").error is Errors.UNKNOWN_MEMBER_ID
 
 
 @pytest.mark.parametrize("append_error,client_error", GROUP_WRITE_MAPPING, ids=IDS)
