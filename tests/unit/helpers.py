@@ -167,3 +167,20 @@ def stable_static_group(ctx, instance_ids, group_id=GROUP, **join_kw):
     assert lead.error is Errors.NONE, lead
     assert all(s.result(timeout=0).error is Errors.NONE for s in syncs)
     return gen, ids, leader
+
+
+def replay_matches_after_test(monkeypatch):
+    """Generator for an autouse fixture: records every ``Ctx`` a test builds and, after the test, checks
+    that replaying each active partition-0 log gives exactly its live durable state."""
+    created = []
+    original_init = Ctx.__init__
+
+    def init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        created.append(self)
+
+    monkeypatch.setattr(Ctx, "__init__", init)
+    yield created
+    for ctx in created:
+        if ctx.coord.partition_state_for_testing(0) == "ACTIVE":
+            ctx.assert_replay_matches()

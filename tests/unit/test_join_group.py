@@ -12,8 +12,16 @@ from tests.unit.helpers import (
     Ctx,
     complete_initial_join,
     group_values,
+    replay_matches_after_test,
     stable_static_group,
 )
+
+
+@pytest.fixture(autouse=True)
+def _replay_matches_after_each_test(monkeypatch):
+    """After every scenario, replaying the log gives the live durable state (Part 3)."""
+    yield from replay_matches_after_test(monkeypatch)
+
 
 T0 = ("foo", 0)
 EMPTY_GROUP_RECORD = (GroupMetadataKey(GROUP), GroupMetadataValue("", 0, None, None, 0, ()))

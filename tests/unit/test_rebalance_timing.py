@@ -4,9 +4,18 @@ the ManualClock: ``advance(ms)`` fires timers whose deadline is ``<= now``."""
 
 from __future__ import annotations
 
+import pytest
+
 from coordinator.records import GroupMetadataKey, GroupMetadataValue
 from raygroups import Errors
-from tests.unit.helpers import GROUP, Ctx, complete_initial_join, group_values
+from tests.unit.helpers import GROUP, Ctx, complete_initial_join, group_values, replay_matches_after_test
+
+
+@pytest.fixture(autouse=True)
+def _replay_matches_after_each_test(monkeypatch):
+    """After every scenario, replaying the log gives the live durable state (Part 3)."""
+    yield from replay_matches_after_test(monkeypatch)
+
 
 T0 = ("foo", 0)
 LONG = dict(session_timeout_ms=60_000, rebalance_timeout_ms=10_000)

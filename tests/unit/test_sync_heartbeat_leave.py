@@ -7,7 +7,20 @@ import pytest
 
 from coordinator.records import GroupMetadataKey
 from raygroups import Errors
-from tests.unit.helpers import GROUP, Ctx, complete_initial_join, group_values, stable_static_group
+from tests.unit.helpers import (
+    GROUP,
+    Ctx,
+    complete_initial_join,
+    group_values,
+    replay_matches_after_test,
+    stable_static_group,
+)
+
+
+@pytest.fixture(autouse=True)
+def _replay_matches_after_each_test(monkeypatch):
+    """After every scenario, replaying the log gives the live durable state (Part 3)."""
+    yield from replay_matches_after_test(monkeypatch)
 
 
 def members_of(ctx, group_id=GROUP):
