@@ -55,12 +55,14 @@ def test_session_timeout_out_of_bounds_is_invalid(session_timeout_ms):
 
 @pytest.mark.parametrize("session_timeout_ms", [6_000, 30_000])
 def test_session_timeout_bounds_are_inclusive(session_timeout_ms):
+    """§2.3 step 1: the bounds themselves are valid."""
     ctx = Ctx(config={"group.min.session.timeout.ms": 6_000, "group.max.session.timeout.ms": 30_000})
     resp = ctx.join(session_timeout_ms=session_timeout_ms).result(timeout=0)
     assert (resp.error, resp.member_id) == (Errors.MEMBER_ID_REQUIRED, "client-1")
 
 
 def test_invalid_session_timeout_of_existing_member_changes_nothing():
+    """§2.3 step 1 for a known member (testJoinGroupSessionTimeoutTooSmall with a member id)."""
     ctx = Ctx(config={"group.min.session.timeout.ms": 6_000})
     gen, (m1,), _ = ctx.stable_group(1)
     records = ctx.records()
@@ -212,6 +214,7 @@ def test_pending_member_expires_after_its_session_timeout():
 
 
 def test_pending_member_joining_before_expiry_is_accepted():
+    """§2.8: the pending id is usable until its session timeout."""
     ctx = Ctx()
     pending = ctx.join(session_timeout_ms=5_000).result(timeout=0).member_id
     ctx.clock.advance(4_999)
@@ -533,6 +536,7 @@ def test_join_in_completing_rebalance_with_same_metadata_answers_at_once():
 
 
 def test_join_in_completing_rebalance_with_new_metadata_rebalances():
+    """§2.3 step 5 CompletingRebalance, changed metadata: rebalance; parked syncs get REBALANCE_IN_PROGRESS."""
     ctx = Ctx()
     f1, f2 = ctx.join_new_dynamic(), ctx.join_new_dynamic()
     r1, r2 = complete_initial_join(ctx, [f1, f2])
@@ -739,3 +743,32 @@ def test_static_member_replaced_during_the_initial_rebalance():
     r = new.result(timeout=0)
     assert (r.error, r.member_id, r.generation_id) == (Errors.NONE, "group-instance-id-2", 1)
     assert (group.num_awaiting_join, group.num_members) == (0, 1)
+
+
+def test_static_member_rejoin_with_known_id_in_unexpected_states():
+    """testStaticMemberRejoinWithLeaderIdAndUnexpectedDeadGroup / ...UnexpectedEmptyGroup (states set
+    through legal transitions, members kept)."""
+    ctx = Ctx()
+    gen, ids, leader = stable_static_group(ctx, ["leader-instance-id", "follower-instance-id"])
+    ctx.coord.transition_group_for_testing(GROUP, "Dead")
+    r = ctx.join(member_id=leader, group_instance_id="leader-instance-id").result(timeout=0)
+    assert (r.error, r.member_id) == (Errors.COORDINATOR_NOT_AVAILABLE, leader)
+    ctx = Ctx()
+    gen, ids, leader = stable_static_group(ctx, ["leader-instance-id", "follower-instance-id"])
+    ctx.coord.transition_group_for_testing(GROUP, "PreparingRebalance")
+    ctx.coord.transition_group_for_testing(GROUP, "Empty")
+    r = ctx.join(member_id=leader, group_instance_id="leader-instance-id").result(timeout=0)
+    assert (r.error, r.member_id) == (Errors.UNKNOWN_MEMBER_ID, leader)
+
+
+def test_static_member_rejoin_with_unknown_id_in_empty_group_is_an_illegal_state():
+    """testStaticMemberReJoinWithIllegalStateAsUnknownMember: Kafka throws IllegalStateException (the
+    client sees UNKNOWN_SERVER_ERROR); nothing is written."""
+    ctx = Ctx()
+    gen, ids, leader = stable_static_group(ctx, ["leader-instance-id", "follower-instance-id"])
+    records = ctx.records()
+    ctx.coord.transition_group_for_testing(GROUP, "PreparingRebalance")
+    ctx.coord.transition_group_for_testing(GROUP, "Empty")
+    r = ctx.join(group_instance_id="follower-instance-id").result(timeout=0)
+    assert r.error is Errors.UNKNOWN_SERVER_ERROR
+    assert ctx.records() == records

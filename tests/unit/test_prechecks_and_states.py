@@ -117,6 +117,7 @@ def test_loading_partition():
 
 
 def test_invalid_group_id_precedes_loading():
+    """§1.1 order: #1 (invalid group id) before #3 (loading)."""
     coord = coordinator()
     coord.set_loading_for_testing(0, True)
     assert coord.join_group(group_id="", **JOIN_KW).result(timeout=0).error is Errors.INVALID_GROUP_ID
@@ -169,6 +170,7 @@ def test_transitions(source, target):
 
 
 def test_transition_of_unknown_group_raises():
+    """The hooks refuse unknown groups (KeyError) instead of creating them."""
     ctx = Ctx()
     with pytest.raises(KeyError):
         ctx.coord.transition_group_for_testing("nope", "Dead")
@@ -185,6 +187,7 @@ def test_can_rebalance(state):
 
 
 def test_force_group_state_creates_an_empty_classic_group_and_keeps_members():
+    """force_group_state_for_testing: creates an empty classic group if unknown, keeps members otherwise."""
     ctx = Ctx()
     ctx.coord.force_group_state_for_testing("new-group", "Stable")
     group = ctx.coord.group_for_testing("new-group")
@@ -289,6 +292,7 @@ def test_static_replacement_append_failure_is_reverted(append_error, client_erro
 
 @pytest.mark.parametrize("append_error,client_error", GROUP_WRITE_MAPPING, ids=IDS)
 def test_static_leader_replacement_append_failure_keeps_the_old_leader(append_error, client_error):
+    """testReplaceStaticMemberInStableStateErrors for the leader: leadership reverts with the member id."""
     ctx = Ctx()
     gen, ids, leader = stable_static_group(ctx, ["a", "b"])
     ctx.coord.fail_next_append_for_testing(0, append_error)

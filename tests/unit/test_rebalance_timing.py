@@ -102,6 +102,7 @@ def test_protocol_vote_picks_the_most_voted_common_protocol():
 
 
 def test_protocol_vote_ignores_a_preference_not_shared_by_everyone():
+    """§2.9: a protocol not supported by every member is not a candidate."""
     ctx = Ctx()
     f1 = ctx.join_new_dynamic(protocols=(("sticky", b""), ("range", b"")))
     f2 = ctx.join_new_dynamic(protocols=(("sticky", b""), ("range", b"")))
@@ -111,6 +112,7 @@ def test_protocol_vote_ignores_a_preference_not_shared_by_everyone():
 
 
 def test_only_the_leader_gets_the_member_list():
+    """§2.4 / §2.10: only the leader's JoinGroup response carries the members (with instance ids)."""
     ctx = Ctx()
     fs = [ctx.join_new_dynamic(), ctx.join(group_instance_id="static-b")]
     r1, r2 = complete_initial_join(ctx, fs)
@@ -134,6 +136,7 @@ def test_last_member_leaving_empties_the_group_and_persists_it():
 
 
 def test_last_member_expiring_empties_the_group_and_persists_it():
+    """§2.6 + §2.4: the last member's session expiry completes a join with no member (Empty, persisted)."""
     ctx = Ctx()
     gen, (m1,), _ = ctx.stable_group(1)
     ctx.clock.advance(10_000)

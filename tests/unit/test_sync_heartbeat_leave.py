@@ -64,6 +64,7 @@ def test_sync_illegal_generation():
 
 
 def test_sync_dead_group_comes_first():
+    """§2.5 validation order: Dead before the member check (COORDINATOR_NOT_AVAILABLE)."""
     ctx = Ctx()
     gen, (m1,), _ = ctx.stable_group(1)
     ctx.coord.force_group_state_for_testing(GROUP, "Dead")
@@ -181,6 +182,7 @@ def test_members_missing_from_the_leaders_assignment_get_empty_bytes():
 
 
 def test_assignment_for_unknown_member_ids_is_ignored():
+    """§2.5: only current members are persisted; the leader's extra entries are dropped."""
     ctx = Ctx()
     gen, (m1, m2) = completing_group(ctx)
     ctx.sync(m1, gen, {m1: b"one", m2: b"two", "ghost": b"boo"}).result(timeout=0)
@@ -188,6 +190,7 @@ def test_assignment_for_unknown_member_ids_is_ignored():
 
 
 def test_sync_in_stable_returns_the_stored_assignment():
+    """§2.5 Stable: the stored assignment, at once, nothing written."""
     ctx = Ctx()
     gen, (m1, m2), _ = ctx.stable_group(2)
     records = ctx.records()
@@ -297,6 +300,7 @@ def test_heartbeat_fenced_static_member():
 
 
 def test_heartbeat_with_wrong_generation_does_not_keep_a_member_alive():
+    """§2.6: a rejected heartbeat (ILLEGAL_GENERATION) does not reset the session timer."""
     ctx = Ctx()
     gen, (m1,), _ = ctx.stable_group(1)
     ctx.clock.advance(9_000)
@@ -432,6 +436,7 @@ def test_pending_member_leaving_unblocks_the_join():
 
 
 def test_leave_of_everyone_writes_an_empty_group():
+    """testValidLeaveGroup (batch) + §2.2: everybody leaves, the group is Empty and persisted so."""
     ctx = Ctx()
     gen, (m1, m2), _ = ctx.stable_group(2)
     r = ctx.leave([(m1, None), (m2, None)])
