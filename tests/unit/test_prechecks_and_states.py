@@ -352,3 +352,34 @@ def test_failed_empty_group_write_after_join_completion_is_only_logged():
     assert ctx.state() == "Empty"
     assert group_values(ctx)[-1].generation == gen
     ctx.assert_replay_matches()
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "coordinator/api.py echoes the request's member id in a JoinGroup answered NOT_COORDINATOR / "
+    "COORDINATOR_LOAD_IN_PROGRESS; Kafka's new coordinator (GroupCoordinatorService.joinGroup, "
+    "exceptionally → handleOperationException) answers these runtime errors with member id \"\""
+))
+def test_join_rejected_by_the_runtime_answers_an_empty_member_id():
+    """GroupCoordinatorServiceTest testJoinGroupWithException: errors raised by the runtime (loading,
+    not the owner) come back as ``JoinGroupResponseData().setErrorCode(e)``, i.e. member id ""; only the
+    service's own checks (not active, invalid group id, session timeout) echo the request's member id."""
+    coord = coordinator()
+    kw = dict(JOIN_KW, member_id="some-member")
+    r = coord.join_group(group_id="otherGroup", **kw).result(timeout=0)
+    assert (r.error, r.member_id) == (Errors.NOT_COORDINATOR, "")
+    coord.set_loading_for_testing(0, True)
+    r = coord.join_group(group_id="groupId", **kw).result(timeout=0)
+    assert (r.error, r.member_id) == (Errors.COORDINATOR_LOAD_IN_PROGRESS, "")
+
+
+def test_join_rejected_by_the_services_own_checks_echoes_the_member_id():
+    """GroupCoordinatorServiceTest testJoinGroupInvalidGroupId / testJoinGroupWhenNotStarted /
+    testJoinGroupInvalidSessionTimeout: these answers carry the request's member id."""
+    coord = coordinator()
+    kw = dict(JOIN_KW, member_id="some-member")
+    assert coord.join_group(group_id="", **kw).result(timeout=0).member_id == "some-member"
+    r = coord.join_group(group_id="groupId", **dict(kw, session_timeout_ms=1)).result(timeout=0)
+    assert (r.error, r.member_id) == (Errors.INVALID_SESSION_TIMEOUT, "some-member")
+    coord.close()
+    r = coord.join_group(group_id="groupId", **kw).result(timeout=0)
+    assert (r.error, r.member_id) == (Errors.COORDINATOR_NOT_AVAILABLE, "some-member")
