@@ -458,3 +458,23 @@ def test_pending_member_leaving_a_stable_group_starts_a_rebalance():
     assert ctx.leave([(pending, None)]).members == [(pending, None, Errors.NONE)]
     assert ctx.state() == "PreparingRebalance"
     assert ctx.join(member_id=m1).result(timeout=0).generation_id == gen + 1
+
+
+def test_leader_failure_in_sync_group():
+    """testLeaderFailureInSyncGroup: the leader's session expires before it syncs; the parked followers
+    get REBALANCE_IN_PROGRESS and the group rebalances without it."""
+    ctx = Ctx()
+    kw = dict(session_timeout_ms=5_000, rebalance_timeout_ms=60_000)
+    gen, (m1, m2, m3) = completing_group(ctx, n=3, **kw)
+    s2, s3 = ctx.sync(m2, gen), ctx.sync(m3, gen)
+    ctx.clock.advance(4_999)
+    assert not s2.done()
+    ctx.clock.advance(1)
+    for s in (s2, s3):
+        assert (s.result(timeout=0).error, s.result(timeout=0).assignment) == (Errors.REBALANCE_IN_PROGRESS, b"")
+    assert ctx.state() == "PreparingRebalance"
+    assert members_of(ctx) == [m2, m3]
+    f2, f3 = ctx.join(member_id=m2, **kw), ctx.join(member_id=m3, **kw)
+    r2 = f2.result(timeout=0)
+    assert (r2.generation_id, r2.leader) == (gen + 1, m2)
+    assert f3.result(timeout=0).generation_id == gen + 1
