@@ -1,0 +1,212 @@
+"""cluster.yaml (the `ray up` config) is valid for Ray's own validator and carries what raygroups needs.
+
+Pure and offline: Ray's validator (`prepare_config` + `validate_config`, private API, hence the pinned Ray
+version) checks the schema; it does not look inside the `ray start` strings, so the roles, health checks,
+metrics port and token authentication are checked here by parsing those commands as a shell would.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shlex
+import tomllib
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+from ray._private.label_utils import parse_node_labels_string, validate_node_labels
+from ray.autoscaler._private.util import prepare_config, validate_config
+
+ROOT = Path(__file__).resolve().parents[2]
+CLUSTER_YAML = ROOT / "cluster.yaml"
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+COORDINATOR_LABEL = ("raygroups.io/role", "coordinator")
+HEALTH_CHECKS = {
+    "RAY_health_check_period_ms": "1000",
+    "RAY_health_check_failure_threshold": "3",
+    "RAY_health_check_timeout_ms": "1000",
+}
+METRICS_PORT = "8080"
+
+
+def load() -> dict:
+    return yaml.safe_load(CLUSTER_YAML.read_text())
+
+
+@pytest.fixture(scope="module")
+def raw() -> dict:
+    return load()
+
+
+@pytest.fixture(scope="module")
+def prepared(raw) -> dict:
+    return prepare_config(copy.deepcopy(raw))
+
+
+def ray_start(commands: list[str]) -> tuple[dict[str, str], dict[str, str], list[str]]:
+    """The one `ray start` of a start-command list: (env assignments before it, --opt=value options, flags)."""
+    found = []
+    for command in commands:
+        for part in command.split(";"):
+            words = shlex.split(part)
+            env = {}
+            while words and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[0]):
+                key, value = words.pop(0).split("=", 1)
+                env[key] = value
+            if len(words) >= 2 and Path(words[0]).name == "ray" and words[1] == "start":
+                options, flags = {}, []
+                for word in words[2:]:
+                    assert word.startswith("--"), f"unexpected argument {word!r} in {part!r}"
+                    if "=" in word:
+                        key, value = word.split("=", 1)
+                        assert key not in options, f"{key} given twice"
+                        options[key] = value
+                    else:
+                        flags.append(word)
+                found.append((env, options, flags))
+    assert len(found) == 1, f"expected exactly one `ray start` in {commands}"
+    return found[0]
+
+
+# --- Ray's own validation -------------------------------------------------------------------------------------
+
+
+def test_ray_validator_accepts_it(prepared):
+    validate_config(prepared)
+
+
+def test_local_provider_with_documentation_addresses(raw, prepared):
+    provider = raw["provider"]
+    assert provider["type"] == "local"
+    # RFC 5737 TEST-NET-1: clearly fake, the operator must replace them.
+    assert provider["head_ip"].startswith("192.0.2.")
+    assert provider["worker_ips"] and all(ip.startswith("192.0.2.") for ip in provider["worker_ips"])
+    assert len(set(provider["worker_ips"]) | {provider["head_ip"]}) == len(provider["worker_ips"]) + 1
+    assert "REPLACE" in CLUSTER_YAML.read_text()
+    assert raw["auth"]["ssh_user"]
+    # Every listed machine joins: min and max workers come out as the number of worker IPs.
+    (node_type,) = prepared["available_node_types"].values()
+    assert node_type["min_workers"] == node_type["max_workers"] == len(provider["worker_ips"])
+
+
+def test_typo_in_a_key_is_rejected(raw):
+    broken = copy.deepcopy(raw)
+    broken["upscaling_sped"] = broken.pop("upscaling_speed")
+    with pytest.raises(jsonschema.ValidationError, match="upscaling_sped"):
+        validate_config(prepare_config(broken))
+
+
+def test_commented_aws_alternative_is_valid_too(raw):
+    text = CLUSTER_YAML.read_text()
+    block = re.search(r"^# --- AWS alternative \(begin\).*?\n(.*?)^# --- AWS alternative \(end\)", text, re.S | re.M)
+    assert block, "the commented AWS alternative is missing"
+    lines = block.group(1).splitlines()
+    assert all(line.startswith("# ") for line in lines), "only commented-out YAML between the markers"
+    aws = yaml.safe_load("\n".join(line[2:] for line in lines))
+    assert aws["provider"]["type"] == "aws"
+    config = {k: v for k, v in copy.deepcopy(raw).items() if k not in ("provider", "auth")}
+    config.update(aws)
+    # Local paths of file_mounts are not read by the validator; nothing here needs AWS credentials.
+    validate_config(prepare_config(config))
+    types = aws["available_node_types"]
+    head = types[aws["head_node_type"]]
+    assert head["resources"] == {"CPU": 0, "head": 1}
+    workers = [t for name, t in types.items() if name != aws["head_node_type"]]
+    assert workers and all(t["resources"] == {"coordinator": 1} for t in workers)
+    assert all(t["labels"] == dict([COORDINATOR_LABEL]) for t in workers)
+
+
+# --- the raygroups-specific parts -----------------------------------------------------------------------------
+
+
+def test_head_runs_no_shard_and_no_tasks(raw):
+    env, options, flags = ray_start(raw["head_start_ray_commands"])
+    assert "--head" in flags
+    assert options["--num-cpus"] == "0"
+    assert json.loads(options["--resources"]) == {"head": 1}
+    assert "coordinator" not in options["--resources"]
+    assert "--labels" not in options and "--labels-file" not in options
+    # The local provider's autoscaler needs its bootstrap config to start the workers.
+    assert options["--autoscaling-config"] == "~/ray_bootstrap_config.yaml"
+
+
+def test_workers_are_coordinator_nodes(raw):
+    env, options, flags = ray_start(raw["worker_start_ray_commands"])
+    head_port = ray_start(raw["head_start_ray_commands"])[1]["--port"]
+    assert options["--address"] == f"$RAY_HEAD_IP:{head_port}"
+    assert json.loads(options["--resources"]) == {"coordinator": 1}
+    labels = parse_node_labels_string(options["--labels"])
+    validate_node_labels(labels)  # not in Ray's reserved ray.io/ prefix
+    assert labels == dict([COORDINATOR_LABEL])
+    # The resource name is the one the shard actors request.
+    from actors.factory import COORDINATOR_RESOURCE
+
+    assert COORDINATOR_RESOURCE in json.loads(options["--resources"])
+
+
+@pytest.mark.parametrize("commands", ["head_start_ray_commands", "worker_start_ray_commands"])
+def test_every_node_exports_metrics_and_requires_a_token(raw, commands):
+    env, options, _ = ray_start(raw[commands])
+    assert options["--metrics-export-port"] == METRICS_PORT
+    assert env.get("RAY_AUTH_MODE") == "token"
+    # Both start commands stop a previous Ray first, so that `ray up` re-runs apply the new settings.
+    assert raw[commands][0] == "~/raygroups-venv/bin/ray stop"
+
+
+def test_head_has_the_tuned_health_checks(raw):
+    env, _, _ = ray_start(raw["head_start_ray_commands"])
+    for key, value in HEALTH_CHECKS.items():
+        assert env.get(key) == value, key
+    period, threshold = int(env["RAY_health_check_period_ms"]), int(env["RAY_health_check_failure_threshold"])
+    assert period * threshold <= 3000  # the failover target: a dead node is seen within ~3 s
+    assert "44680" in CLUSTER_YAML.read_text()  # the false-positive trade-off is documented
+
+
+def test_token_is_distributed_not_committed(raw):
+    mounts = raw["file_mounts"]
+    assert mounts.get("~/.ray/auth_token") == "~/.ray/auth_token"
+    text = CLUSTER_YAML.read_text()
+    assert "ray get-auth-token" in text
+    assert "RAY_AUTH_TOKEN=" not in text
+    # Ray's tokens are long hex/uuid-like strings; nothing of the kind may appear in the file.
+    assert not re.search(r"\b[0-9a-fA-F]{32,}\b", text)
+    assert not re.search(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", text)
+    assert not re.search(r"(?i)(password|secret|aws_access_key_id|aws_secret_access_key)\s*[:=]", text)
+    assert "PRIVATE KEY-----" not in text
+
+
+def test_no_paths_of_a_particular_machine(raw):
+    text = CLUSTER_YAML.read_text()
+    assert not re.search(r"(/home/|/Users/|/root/|/work/|/tmp/)", text)
+    for remote, local in raw["file_mounts"].items():
+        assert remote.startswith("~/")
+        assert local.startswith("~/") or not local.startswith("/")
+
+
+def test_setup_pins_match_pyproject(raw):
+    setup = "\n".join(raw["setup_commands"])
+    for requirement in PYPROJECT["project"]["dependencies"]:
+        assert f'"{requirement}"' in setup, f"{requirement} is not installed as pinned in pyproject.toml"
+    pinned = {m.group(1).lower(): m.group(2) for m in re.finditer(r'"([A-Za-z0-9_.-]+)(?:\[[^]]*\])?==([^"]+)"', setup)}
+    assert pinned["ray"] == "2.60.0"
+    import ray
+
+    assert pinned["ray"] == ray.__version__  # the validator used above is the cluster's own
+    # The project wheel is the exact version of pyproject.toml, both where it is copied and where installed.
+    wheel = f"raygroups-{PYPROJECT['project']['version']}-py3-none-any.whl"
+    assert raw["file_mounts"][f"~/{wheel}"] == f"dist/{wheel}"
+    assert f"--no-deps --force-reinstall ~/{wheel}" in setup
+    # The venv the setup creates is the one whose `ray` starts the nodes.
+    assert "-m venv ~/raygroups-venv" in setup
+    for commands in ("head_start_ray_commands", "worker_start_ray_commands"):
+        assert all("~/raygroups-venv/bin/ray " in c for c in raw[commands])
+
+
+def test_python_version_matches_pyproject(raw):
+    setup = "\n".join(raw["setup_commands"])
+    minimum = PYPROJECT["project"]["requires-python"].removeprefix(">=")
+    assert f"python{minimum} -m venv" in setup
