@@ -71,7 +71,11 @@ class _Spec:
 _SPECS: dict[type, _Spec] = {
     JoinGroupRequest: _Spec(
         False,
-        lambda req, e: JoinGroupResponse(e, member_id=req.member_id),
+        # Kafka's service echoes the member id for its own checks (invalid group id, not active) but
+        # not for runtime errors (loading, not the coordinator), which come back with member id "".
+        lambda req, e: JoinGroupResponse(
+            e, member_id="" if e in (Errors.NOT_COORDINATOR, Errors.COORDINATOR_LOAD_IN_PROGRESS) else req.member_id
+        ),
         lambda req, e: JoinGroupResponse(e),
         lambda shard, req, r: shard.join_group(req, r),
     ),

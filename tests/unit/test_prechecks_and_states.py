@@ -354,11 +354,6 @@ def test_failed_empty_group_write_after_join_completion_is_only_logged():
     ctx.assert_replay_matches()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "coordinator/api.py echoes the request's member id in a JoinGroup answered NOT_COORDINATOR / "
-    "COORDINATOR_LOAD_IN_PROGRESS; Kafka's new coordinator (GroupCoordinatorService.joinGroup, "
-    "exceptionally → handleOperationException) answers these runtime errors with member id \"\""
-))
 def test_join_rejected_by_the_runtime_answers_an_empty_member_id():
     """GroupCoordinatorServiceTest testJoinGroupWithException: errors raised by the runtime (loading,
     not the owner) come back as ``JoinGroupResponseData().setErrorCode(e)``, i.e. member id ""; only the
