@@ -30,6 +30,7 @@ from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 from coordinator.consumer_protocol import Assignment, Subscription
 
@@ -474,87 +475,165 @@ def _topic_counts(
     topics_of: Mapping[str, frozenset[str]],
     owned_in: Mapping[tuple[str, str], list[int]],
 ) -> dict[tuple[str, str], int]:
-    """(topic, member) -> how many of the topic's partitions the member gets.
+    """(topic, member) -> how many of the topic's partitions the member gets (see :class:`_CountsFlow`)."""
+    return _CountsFlow(partitions_of, members, topics_of, owned_in).solve()
 
-    A min-cost flow, one partition at a time along a cheapest augmenting path (successive shortest
-    paths, Bellman-Ford since costs can be negative): a partition reaching member ``m`` costs
-    ``weight * (2 * load(m) + 1)`` (the growth of ``load(m)**2``), minus one if it is one of the
-    partitions ``m`` owned. ``weight`` exceeds the number of partitions, so balance always comes
-    first and stickiness second. Paths may pass a partition back from one member to another,
-    which is how the optimum is reached without ever undoing a step.
+
+class _CountsFlow:
+    """A min-cost flow from topics to members, solved exactly by the primal-dual method.
+
+    The ``k``-th partition a member gets costs ``weight * (2k - 1)`` (what it adds to the sum of
+    squared counts), minus one if it is one the member owned; ``weight`` exceeds the number of
+    partitions, so balance always comes first and stickiness second. Each phase computes shortest
+    distances (Bellman-Ford, as costs can be negative), then places partitions along as many paths
+    of zero reduced cost as it finds; a path may pass a partition on from one member to another,
+    which is how the optimum is reached without undoing a step. Node ids: topic ``i`` is ``i``,
+    member ``j`` is ``n_topics + j``.
     """
-    topics = sorted(partitions_of)
-    weight = sum(len(ps) for ps in partitions_of.values()) + 1
-    remaining = {t: len(partitions_of[t]) for t in topics}
-    load = dict.fromkeys(members, 0)
-    flow: dict[tuple[str, str], int] = {}  # (topic, member) -> partitions assigned
-    sticky: dict[tuple[str, str], int] = {}  # the part of it the member owned
-    eligible = {t: [m for m in members if t in topics_of[m]] for t in topics}
-    of_member = {m: [t for t in topics if t in topics_of[m]] for m in members}
-    # Bellman-Ford needs at most (nodes x edges) relaxations; more would mean a negative cycle
-    max_relaxations = (len(topics) + len(members) + 1) * (2 * sum(map(len, eligible.values())) + 1)
 
-    def forward_cost(t: str, m: str) -> int:
-        return -1 if sticky.get((t, m), 0) < len(owned_in.get((t, m), ())) else 0
+    def __init__(self, partitions_of, members, topics_of, owned_in) -> None:
+        self.topics = sorted(partitions_of)
+        self.members = members
+        self.n_topics = len(self.topics)
+        topic_index = {t: i for i, t in enumerate(self.topics)}
+        member_index = {m: j for j, m in enumerate(members)}
+        self.eligible = [[j for j, m in enumerate(members) if t in topics_of[m]] for t in self.topics]
+        self.of_member = [[topic_index[t] for t in sorted(topics_of[m])] for m in members]
+        self.owned: list[dict[int, int]] = [{} for _ in self.topics]
+        for (t, m), ps in owned_in.items():
+            if ps:
+                self.owned[topic_index[t]][member_index[m]] = len(ps)
+        self.flow: list[dict[int, int]] = [{} for _ in self.topics]  # partitions placed
+        self.sticky: list[dict[int, int]] = [{} for _ in self.topics]  # the owned part of it
+        self.remaining = [len(partitions_of[t]) for t in self.topics]
+        self.load = [0] * len(members)
+        self.weight = sum(self.remaining) + 1
 
-    def backward_cost(t: str, m: str) -> int:
-        # undoing a unit: the non-sticky ones go first, they are cheaper to give up
-        return 0 if flow.get((t, m), 0) > sticky.get((t, m), 0) else 1
+    def forward_cost(self, i: int, j: int) -> int:
+        return -1 if self.sticky[i].get(j, 0) < self.owned[i].get(j, 0) else 0
 
-    for _ in range(sum(remaining.values())):
-        # Bellman-Ford (queue-based) from every topic with partitions left to place
-        dist: dict[str, int] = {}
-        via: dict[str, tuple[str, str] | None] = {}
-        queue = deque()
-        for t in topics:
-            if remaining[t]:
-                dist["t:" + t] = 0
-                via["t:" + t] = None
-                queue.append("t:" + t)
-        queued = set(queue)
-        relaxations = 0
+    def backward_cost(self, i: int, j: int) -> int | None:
+        # taking a partition of topic i back from member j: non-sticky ones first, they cost nothing
+        placed = self.flow[i].get(j, 0)
+        if not placed:
+            return None
+        return 0 if placed > self.sticky[i].get(j, 0) else 1
+
+    def arcs(self, u: int) -> tuple[list[int], object]:
+        """The possible targets of node ``u`` (as list indices) and the cost function over them."""
+        if u < self.n_topics:
+            return self.eligible[u], lambda j: (self.n_topics + j, self.forward_cost(u, j))
+        j = u - self.n_topics
+        return self.of_member[j], lambda i: (i, self.backward_cost(i, j))
+
+    def solve(self) -> dict[tuple[str, str], int]:
+        unplaced = sum(self.remaining)
+        while unplaced:
+            self.dist = self.shortest_distances()
+            n = self.n_topics
+            self.to_sink = min(
+                self.dist[n + j] + self.weight * (2 * self.load[j] + 1)
+                for j in range(len(self.members))
+                if self.dist[n + j] is not None
+            )
+            self.dead = [False] * (n + len(self.members))
+            self.next_arc = [0] * (n + len(self.members))
+            while unplaced and (path := self.admissible_path()) is not None:
+                self.place(path)
+                unplaced -= 1
+        return {
+            (self.topics[i], self.members[j]): k
+            for i in range(self.n_topics)
+            for j, k in self.flow[i].items()
+            if k
+        }
+
+    def shortest_distances(self) -> list[int | None]:
+        """Bellman-Ford (queue-based) over the residual graph, from every topic with partitions left."""
+        size = self.n_topics + len(self.members)
+        dist: list[int | None] = [None] * size
+        queued = [False] * size
+        queue = deque(i for i in range(self.n_topics) if self.remaining[i])
+        for i in queue:
+            dist[i] = 0
+            queued[i] = True
+        # more relaxations than nodes x arcs would mean a negative cycle, which the method rules out
+        budget = (size + 1) * (2 * sum(map(len, self.eligible)) + 1)
         while queue:
-            node = queue.popleft()
-            queued.discard(node)
-            kind, name = node[:2], node[2:]
-            if kind == "t:":
-                steps = [("m:" + m, forward_cost(name, m)) for m in eligible[name]]
-            else:
-                steps = [
-                    ("t:" + t, backward_cost(t, name)) for t in of_member[name] if flow.get((t, name), 0)
-                ]
-            for nxt, cost in steps:
-                d = dist[node] + cost
-                if nxt not in dist or d < dist[nxt]:
-                    relaxations += 1
-                    if relaxations > max_relaxations:
+            u = queue.popleft()
+            queued[u] = False
+            targets, step = self.arcs(u)
+            for x in targets:
+                v, cost = step(x)
+                if cost is None:
+                    continue
+                d = dist[u] + cost
+                if dist[v] is None or d < dist[v]:
+                    budget -= 1
+                    if budget < 0:
                         raise AssertionError("sticky assignor: negative cycle in the residual graph")
-                    dist[nxt] = d
-                    via[nxt] = (node, nxt)
-                    if nxt not in queued:
-                        queue.append(nxt)
-                        queued.add(nxt)
-        best = min(
-            (m for m in members if "m:" + m in dist),
-            key=lambda m: (dist["m:" + m] + weight * (2 * load[m] + 1), m),
-        )
-        load[best] += 1
-        node = "m:" + best
-        while via[node] is not None:
-            prev, _ = via[node]
-            if prev.startswith("t:"):  # partition of ``t`` placed on member ``m``
-                t, m = prev[2:], node[2:]
-                if forward_cost(t, m) < 0:
-                    sticky[(t, m)] = sticky.get((t, m), 0) + 1
-                flow[(t, m)] = flow.get((t, m), 0) + 1
-            else:  # member ``m`` hands a partition of ``t`` on
-                t, m = node[2:], prev[2:]
-                if backward_cost(t, m) > 0:
-                    sticky[(t, m)] -= 1
-                flow[(t, m)] -= 1
-            node = prev
-        remaining[node[2:]] -= 1
-    return flow
+                    dist[v] = d
+                    if not queued[v]:
+                        queued[v] = True
+                        queue.append(v)
+        return dist
+
+    def admissible_path(self) -> list[int] | None:
+        """A source-to-sink path over arcs of zero reduced cost (depth-first), or None.
+
+        ``dead`` marks nodes an earlier search of this phase could not get through and ``next_arc``
+        where each node's arcs were left; skipping what they rule out can only end the phase early
+        (the next phase recomputes distances and starts afresh), it never loses optimality.
+        """
+        n, dist, visited = self.n_topics, self.dist, list(self.dead)
+
+        def advance(u: int) -> int | None:
+            targets, step = self.arcs(u)
+            k = self.next_arc[u]
+            while k < len(targets):
+                v, cost = step(targets[k])
+                if cost is None or dist[v] != dist[u] + cost or self.dead[v]:
+                    if k == self.next_arc[u]:  # useless for the rest of the phase
+                        self.next_arc[u] += 1
+                elif not visited[v]:
+                    return v
+                k += 1
+            return None
+
+        for source in range(n):
+            if not self.remaining[source] or dist[source] != 0 or visited[source]:
+                continue
+            stack = [source]
+            visited[source] = True
+            while stack:
+                u = stack[-1]
+                if u >= n and dist[u] + self.weight * (2 * self.load[u - n] + 1) == self.to_sink:
+                    return stack
+                v = advance(u)
+                if v is None:
+                    self.dead[u] = True
+                    stack.pop()
+                else:
+                    visited[v] = True
+                    stack.append(v)
+        return None
+
+    def place(self, path: list[int]) -> None:
+        """Send one partition along ``path``: from its first topic to its last member."""
+        n = self.n_topics
+        for u, v in pairwise(path):
+            if u < n:  # a partition of topic u goes to member v
+                i, j = u, v - n
+                if self.forward_cost(i, j) < 0:
+                    self.sticky[i][j] = self.sticky[i].get(j, 0) + 1
+                self.flow[i][j] = self.flow[i].get(j, 0) + 1
+            else:  # member u hands a partition of topic v on
+                i, j = v, u - n
+                if self.backward_cost(i, j):
+                    self.sticky[i][j] -= 1
+                self.flow[i][j] -= 1
+        self.remaining[path[0]] -= 1
+        self.load[path[-1] - n] += 1
 
 
 class _StickyBase(Assignor):
