@@ -1,0 +1,410 @@
+"""The controller's target placement: a pure function from (partitions, nodes, previous) to a ``Plan``.
+
+No Ray, no I/O, no clock, no randomness: the controller calls :func:`plan` with the coordinator nodes
+it wants replicas on and the placement it has persisted, then reconciles towards the result.
+
+Guarantees of ``plan(partitions, nodes, previous, replication_factor, imbalance_threshold)``, with
+``r = min(replication_factor, len(nodes))``:
+
+* **Complete and distinct.** Every partition in ``range(partitions)`` gets exactly ``r`` replicas on
+  distinct nodes of ``nodes`` -- except an *offline* partition (below), which is left untouched.
+* **Deterministic.** The result depends only on the arguments' values: node ids are sorted, ties are
+  broken by node id then partition id, nothing iterates a set. Same inputs, same ``Plan``, in any
+  process.
+* **Sticky.** A partition keeps every previous replica that is on a node in ``nodes`` (it drops one only
+  when it has more than ``r`` of them, i.e. the replication factor went down: it keeps the current
+  leader, then in-sync replicas, then the earlier ones). Replicas on nodes outside ``nodes`` are
+  dropped and replaced ("re-replication"), each on the least-loaded node that does not hold the
+  partition yet (load = replicas per node; ties by node id).
+* **Balanced with minimal moves.** After re-replication, if some node's replica count lies outside the
+  band ``[min(floor(m), ceil(m*(1-t))), max(ceil(m), floor(m*(1+t)))]`` (``m`` the mean replicas per
+  node, ``t = imbalance_threshold``: Cruise Control's replica-count balance threshold, never tighter than
+  "within one replica"), the plan shifts one replica at a time off a most-loaded node onto a
+  least-loaded one until every node is inside the band. That takes the fewest shifts that can bring
+  every node inside the band (``max(replicas above it, replicas missing below it)``); a balanced cluster
+  never moves anything, and a node that joins gets replicas only through re-replication and these
+  shifts. Each shift is the cheapest chain of moves ("A gives one to B, B gives one to C") where moving
+  a replica this plan added anyway is free, so a shift first re-routes re-replicated replicas and moves
+  at most one previously placed replica (2 placement changes); among those it avoids, in order, the
+  current leader, the preferred leader, an in-sync replica, then takes the lowest partition id. With
+  ``t = 0`` the band is "every node within one replica of every other". Re-replication plus shifts use
+  the fewest placement changes that reach the band (tests compare with a brute-force optimum on small
+  clusters; not proven in general), except after the replication factor goes down, where keeping the
+  leader's and in-sync replicas comes first. From a fresh Kafka layout, losing a node moves exactly
+  the replicas that were on it.
+* **Order.** A brand-new partition is laid out as Kafka's rack-unaware ``assignReplicasToBrokers`` does
+  with start index 0 over the sorted nodes: partition ``p``'s preferred leader is ``nodes[p % n]`` and
+  the followers are shifted by ``p // n``, so preferred leaders (and second replicas) rotate evenly. An
+  existing partition keeps its previous order; replicas it gains are appended at the end.
+* **Leadership untouched.** ``leader``, ``leader_epoch`` and ``isr`` are carried over verbatim from
+  ``previous`` -- the plan changes only ``replicas``. The controller elects with :func:`elect_leader`,
+  bumps epochs and shrinks/grows the ISR through its own epoch-checked path, so after a node is lost
+  the target may drop a replica that ``leader``/``isr`` still name (elect first, then plan). A brand-new
+  partition gets ``leader = replicas[0]``, ``leader_epoch = 0``, ``isr = replicas``.
+* **Offline partitions are not re-placed.** A previous partition none of whose in-sync replicas is on a
+  node of ``nodes`` holds its committed data only on nodes that are gone; moving its replicas away would
+  make "offline until an in-sync replica returns" impossible. Its assignment is carried over unchanged
+  (``moves`` 0, not moved by balancing); once the controller elects a leader (it returns, or an unclean
+  election) the next plan re-replicates it.
+* ``moves`` is the number of replica placements added or removed relative to ``previous`` (a
+  partition absent from ``previous`` counts all its replicas as added).
+
+Leader balance is Kafka's: :func:`needs_leader_rebalance` is ``leader.imbalance.per.broker.percentage``'s
+trigger and :func:`elect_leader` picks the first live in-sync replica in ``replicas`` order -- the
+preferred leader whenever it is live and in sync, so "elect for every partition whose elected leader
+differs from the current one" is the preferred-replica election.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+
+__all__ = [
+    "PartitionAssignment",
+    "Plan",
+    "elect_leader",
+    "leader_counts",
+    "needs_leader_rebalance",
+    "plan",
+    "replica_counts",
+]
+
+
+def _node_tuple(value: object, name: str) -> tuple[str, ...]:
+    if isinstance(value, str | bytes) or not isinstance(value, tuple | list):
+        raise TypeError(f"{name} must be a tuple of node ids, got {type(value).__name__}")
+    for node in value:
+        if not isinstance(node, str):
+            raise TypeError(f"{name} must contain str node ids, got {type(node).__name__}")
+        if not node:
+            raise ValueError(f"{name} must not contain an empty node id")
+    if len(set(value)) != len(value):
+        dup = next(x for i, x in enumerate(value) if x in value[:i])
+        raise ValueError(f"{name} has duplicate node id {dup!r}")
+    return tuple(value)
+
+
+@dataclass(frozen=True)
+class PartitionAssignment:
+    """One partition's placement. Lists are accepted for the node tuples and stored as tuples."""
+
+    replicas: tuple[str, ...]  # node ids, preferred leader first
+    leader: str | None  # current leader (None = offline)
+    leader_epoch: int
+    isr: tuple[str, ...]  # in-sync replicas (leader included when it has one)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "replicas", _node_tuple(self.replicas, "replicas"))
+        if not self.replicas:
+            raise ValueError("replicas must name at least one node")
+        if self.leader is not None and not isinstance(self.leader, str):
+            raise TypeError(f"leader must be a str node id or None, got {type(self.leader).__name__}")
+        if isinstance(self.leader_epoch, bool) or not isinstance(self.leader_epoch, int):
+            raise TypeError(f"leader_epoch must be an int, got {type(self.leader_epoch).__name__}")
+        if self.leader_epoch < 0:
+            raise ValueError(f"leader_epoch must be >= 0, got {self.leader_epoch}")
+        object.__setattr__(self, "isr", _node_tuple(self.isr, "isr"))
+
+
+@dataclass(frozen=True)
+class Plan:
+    partitions: dict[int, PartitionAssignment]  # partition -> target assignment
+    moves: int  # replica placements that changed vs previous
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _check_int(value: object, name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _check_threshold(value: object, name: str) -> Fraction:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+    if not (math.isfinite(value) and 0 <= value <= 1):
+        raise ValueError(f"{name} must be between 0 and 1, got {value}")
+    return Fraction(str(value))  # the decimal the caller wrote: 0.1 is exactly 1/10
+
+
+def _check_nodes(value: object, name: str) -> list[str]:
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise TypeError(f"{name} must be a sequence of node ids, got {type(value).__name__}")
+    items = list(value)
+    for node in items:
+        if not isinstance(node, str):
+            raise TypeError(f"{name} must contain str node ids, got {type(node).__name__}")
+        if not node:
+            raise ValueError(f"{name} must not contain an empty node id")
+    ordered = sorted(items)
+    for a, b in zip(ordered, ordered[1:], strict=False):
+        if a == b:
+            raise ValueError(f"{name} has duplicate node id {a!r}")
+    return ordered
+
+
+def _assignments(value: object, name: str) -> list[PartitionAssignment]:
+    if isinstance(value, Mapping):
+        items = [value[k] for k in sorted(value)]
+    elif isinstance(value, Iterable) and not isinstance(value, str | bytes):
+        items = list(value)
+    else:
+        raise TypeError(f"{name} must be a mapping or iterable of PartitionAssignment, got {type(value).__name__}")
+    for a in items:
+        if not isinstance(a, PartitionAssignment):
+            raise TypeError(f"{name} must contain PartitionAssignment values, got {type(a).__name__}")
+    return items
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+def _kafka_layout(p: int, nodes: list[str], r: int) -> list[str]:
+    """Kafka's ``assignReplicasToBrokersRackUnaware`` with fixed start index 0 (deterministic)."""
+    n = len(nodes)
+    first = p % n
+    shift = p // n  # nextReplicaShift: +1 every time the partition id wraps around the nodes
+    return [nodes[first]] + [nodes[(first + 1 + (shift + j) % (n - 1)) % n] for j in range(r - 1)]
+
+
+def _trim(kept: list[str], r: int, prev: PartitionAssignment) -> list[str]:
+    """Keep ``r`` of ``kept``: the current leader, then in-sync replicas, then earlier ones; order kept."""
+    rank = sorted(range(len(kept)), key=lambda i: (kept[i] != prev.leader, kept[i] not in prev.isr, i))
+    chosen = set(rank[:r])
+    return [node for i, node in enumerate(kept) if i in chosen]
+
+
+def _band(total: int, n: int, threshold: Fraction) -> tuple[int, int]:
+    mean = Fraction(total, n)
+    lower = min(math.floor(mean), math.ceil(mean * (1 - threshold)))
+    upper = max(math.ceil(mean), math.floor(mean * (1 + threshold)))
+    return lower, upper
+
+
+def _move_cost(p: int, i: int, node: str, previous: Mapping[int, PartitionAssignment]) -> tuple[int, ...]:
+    """What moving replica ``i`` of ``p`` (on ``node``) away costs, compared lexicographically."""
+    prev = previous.get(p)
+    old = prev is not None and node in prev.replicas  # else this plan added it: moving it is free
+    return (
+        int(old),
+        int(prev is not None and node == prev.leader),
+        int(i == 0),
+        int(prev is not None and node in prev.isr),
+        1,  # hops
+    )
+
+
+def _cheapest_path(
+    replicas: dict[int, list[str]],
+    movable: list[int],
+    load: dict[str, int],
+    nodes: list[str],
+    previous: Mapping[int, PartitionAssignment],
+) -> list[tuple[int, str, str]] | None:
+    """The cheapest chain of replica moves taking one replica off a most-loaded node and onto a
+    least-loaded one (intermediate nodes give one and get one). A chain lets re-replicated replicas
+    shift along before an old replica has to move. None if no move is possible."""
+    hi, lo = max(load.values()), min(load.values())
+    edges: dict[str, dict[str, tuple[tuple[int, ...], int]]] = {x: {} for x in nodes}
+    for p in movable:
+        reps = replicas[p]
+        for i, src in enumerate(reps):
+            cost = (_move_cost(p, i, src, previous), p)
+            out = edges[src]
+            for dst in nodes:
+                if dst not in reps and (dst not in out or cost < out[dst]):
+                    out[dst] = cost
+    zero = (0, 0, 0, 0, 0)
+    dist = {x: zero for x in nodes if load[x] == hi}
+    via: dict[str, tuple[str, int]] = {}
+    heap = [(zero, x) for x in sorted(dist)]
+    done: set[str] = set()
+    while heap:
+        d, u = heapq.heappop(heap)
+        if u in done:
+            continue
+        done.add(u)
+        if load[u] == lo:
+            path = []
+            while u in via:
+                prev_node, p = via[u]
+                path.append((p, prev_node, u))
+                u = prev_node
+            return path[::-1]
+        for v in nodes:
+            if v in edges[u] and v not in done:
+                cost, p = edges[u][v]
+                nd = tuple(a + b for a, b in zip(d, cost, strict=True))
+                if v not in dist or nd < dist[v]:
+                    dist[v] = nd
+                    via[v] = (u, p)
+                    heapq.heappush(heap, (nd, v))
+    return None
+
+
+def _balance(
+    replicas: dict[int, list[str]],
+    movable: list[int],
+    load: dict[str, int],
+    nodes: list[str],
+    previous: Mapping[int, PartitionAssignment],
+    threshold: Fraction,
+) -> None:
+    """Shift replicas from most- to least-loaded nodes until every load is inside the band (in place)."""
+    lower, upper = _band(sum(load.values()), len(nodes), threshold)
+    while True:
+        hi, lo = max(load.values()), min(load.values())
+        if (hi <= upper and lo >= lower) or hi - lo < 2:
+            return
+        path = _cheapest_path(replicas, movable, load, nodes, previous)
+        if path is None:  # every candidate is pinned (offline partitions): as balanced as allowed
+            return
+        for p, src, dst in path:
+            replicas[p] = [x for x in replicas[p] if x != src] + [dst]
+        load[path[0][1]] -= 1
+        load[path[-1][2]] += 1
+
+
+def plan(
+    partitions: int,
+    nodes: Sequence[str],
+    previous: Mapping[int, PartitionAssignment] | None,
+    replication_factor: int,
+    imbalance_threshold: float = 0.10,
+) -> Plan:
+    """The target placement (see the module docstring for what is guaranteed)."""
+    _check_int(partitions, "partitions", 1)
+    node_list = _check_nodes(nodes, "nodes")
+    if not node_list:
+        raise ValueError("nodes must name at least one node")
+    _check_int(replication_factor, "replication_factor", 1)
+    threshold = _check_threshold(imbalance_threshold, "imbalance_threshold")
+    if previous is None:
+        previous = {}
+    elif not isinstance(previous, Mapping):
+        raise TypeError(f"previous must be a mapping of partition -> PartitionAssignment or None, "
+                        f"got {type(previous).__name__}")
+    for p in sorted(previous, key=repr):
+        if isinstance(p, bool) or not isinstance(p, int):
+            raise TypeError(f"previous keys must be int partitions, got {type(p).__name__}")
+        if not 0 <= p < partitions:
+            raise ValueError(f"previous has partition {p}, outside 0..{partitions - 1}")
+        if not isinstance(previous[p], PartitionAssignment):
+            raise TypeError(f"previous[{p}] must be a PartitionAssignment, got {type(previous[p]).__name__}")
+
+    live = set(node_list)
+    r = min(replication_factor, len(node_list))
+    replicas: dict[int, list[str]] = {}
+    offline: set[int] = set()
+    for p in range(partitions):
+        prev = previous.get(p)
+        if prev is None:
+            replicas[p] = _kafka_layout(p, node_list, r)
+        elif not any(x in live and x in prev.replicas for x in prev.isr):
+            offline.add(p)
+            replicas[p] = list(prev.replicas)
+        else:
+            kept = [x for x in prev.replicas if x in live]
+            replicas[p] = _trim(kept, r, prev) if len(kept) > r else kept
+
+    load = dict.fromkeys(node_list, 0)
+    for reps in replicas.values():
+        for x in reps:
+            if x in live:
+                load[x] += 1
+    movable = [p for p in range(partitions) if p not in offline]
+    for p in movable:  # re-replication: each missing replica on the least-loaded node without one
+        reps = replicas[p]
+        while len(reps) < r:
+            node = min((x for x in node_list if x not in reps), key=lambda x: (load[x], x))
+            reps.append(node)
+            load[node] += 1
+    _balance(replicas, movable, load, node_list, previous, threshold)
+
+    out: dict[int, PartitionAssignment] = {}
+    moves = 0
+    for p in range(partitions):
+        prev = previous.get(p)
+        reps = tuple(replicas[p])
+        if prev is None:
+            out[p] = PartitionAssignment(replicas=reps, leader=reps[0], leader_epoch=0, isr=reps)
+            moves += len(reps)
+        else:
+            out[p] = prev if reps == prev.replicas else PartitionAssignment(
+                replicas=reps, leader=prev.leader, leader_epoch=prev.leader_epoch, isr=prev.isr)
+            moves += len(set(reps).symmetric_difference(prev.replicas))
+    return Plan(partitions=out, moves=moves)
+
+
+# --------------------------------------------------------------------------- leaders
+
+
+def replica_counts(assignments: Mapping[int, PartitionAssignment] | Iterable[PartitionAssignment]) -> dict[str, int]:
+    """Replicas per node (nodes holding none are absent), sorted by node id."""
+    counts: dict[str, int] = {}
+    for a in _assignments(assignments, "assignments"):
+        for x in a.replicas:
+            counts[x] = counts.get(x, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def leader_counts(assignments: Mapping[int, PartitionAssignment] | Iterable[PartitionAssignment]) -> dict[str, int]:
+    """Partitions currently led per node (offline partitions count for nobody), sorted by node id."""
+    counts: dict[str, int] = {}
+    for a in _assignments(assignments, "assignments"):
+        if a.leader is not None:
+            counts[a.leader] = counts.get(a.leader, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def needs_leader_rebalance(
+    assignments: Mapping[int, PartitionAssignment] | Iterable[PartitionAssignment],
+    nodes: Iterable[str],
+    threshold: float = 0.10,
+) -> bool:
+    """Kafka's auto leader rebalance trigger (``leader.imbalance.per.broker.percentage``, 10 %).
+
+    For each node of ``nodes`` that is the preferred leader (first replica) of some partitions: the
+    share of those partitions it does not currently lead. True when that share is strictly greater than
+    ``threshold`` for some node (exactly 10 % does not trigger). Nodes outside ``nodes`` (dead ones) are
+    ignored: leadership cannot go back to them. As in Kafka the trigger counts every such partition; the
+    election itself (:func:`elect_leader`) only moves leadership to a live, in-sync preferred replica.
+    """
+    items = _assignments(assignments, "assignments")
+    node_list = _check_nodes(nodes, "nodes")
+    limit = _check_threshold(threshold, "threshold")
+    for node in node_list:
+        preferred = [a for a in items if a.replicas[0] == node]
+        if preferred:
+            not_led = sum(1 for a in preferred if a.leader != node)
+            if Fraction(not_led, len(preferred)) > limit:
+                return True
+    return False
+
+
+def elect_leader(a: PartitionAssignment, live_nodes: Iterable[str], unclean: bool = False) -> str | None:
+    """The leader Kafka's controller would elect for ``a`` given the live nodes.
+
+    The first replica in ``replicas`` order that is live and in the ISR; None (offline) if there is none.
+    With ``unclean=True`` (``unclean.leader.election.enable``) and no live in-sync replica, the first live
+    replica instead -- which may lose acknowledged records.
+    """
+    if not isinstance(a, PartitionAssignment):
+        raise TypeError(f"a must be a PartitionAssignment, got {type(a).__name__}")
+    live = set(_check_nodes(live_nodes, "live_nodes"))
+    if not isinstance(unclean, bool):
+        raise TypeError(f"unclean must be a bool, got {type(unclean).__name__}")
+    for x in a.replicas:
+        if x in live and x in a.isr:
+            return x
+    if unclean:
+        return next((x for x in a.replicas if x in live), None)
+    return None
