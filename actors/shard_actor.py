@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from actors.metadata import read_topics
+from actors.replication import MAINTENANCE_INTERVAL_S, Deposed, LeaderReplication
 from actors.timers import AsyncioTimers, WallClock
 from coordinator.api import dispatch
 from coordinator.config import CoordinatorConfig
@@ -61,6 +62,8 @@ class CoordinatorShard:
         leader_epoch: int = 0,
         topics: dict[str, int] | None = None,
         namespace: str | None = None,
+        controller_name: str | None = None,
+        node_id: str | None = None,
     ) -> None:
         self.partition = partition
         self.config = CoordinatorConfig.from_properties(config)
@@ -81,6 +84,10 @@ class CoordinatorShard:
         self._load_summary = None
         self._load_error: str | None = None
         self._stats = {"batches": 0, "records": 0, "append_failures": 0}
+        # Replicated deployments: the controller names the leader and the ISR (None: a single copy).
+        self._controller_name = controller_name
+        self._node_id = node_id
+        self._replication: LeaderReplication | None = None
 
     # ------------------------------------------------------------------------------------------
     # Loading
@@ -94,6 +101,8 @@ class CoordinatorShard:
         self._loaded = loop.create_future()
         loop.create_task(self._load())
         loop.create_task(self._flush_loop())
+        if self._controller_name is not None:
+            loop.create_task(self._maintenance_loop())
 
     def _open_log(self):
         path = partition_dir(self.data_dir, self.partition)
@@ -115,9 +124,22 @@ class CoordinatorShard:
         loop = asyncio.get_running_loop()
         ctx = self._runtime.begin_load(self.partition, self._epoch)
         try:
+            if self._controller_name is not None:
+                import ray
+
+                controller = ray.get_actor(self._controller_name, namespace=self._namespace)
+                self._replication = LeaderReplication(
+                    self.partition, self._node_id, controller, self._log_server,
+                    self.config.min_insync_replicas, self.config.replica_lag_time_max_ms,
+                )
+                # The controller fences the followers at a fresh epoch before this instance serves.
+                ctx.epoch = await self._replication.start()
             plog = await loop.run_in_executor(self._io, self._open_log)
-            # Serve with an epoch above every epoch this log has seen, so an older writer is fenced.
-            ctx.epoch = max(ctx.epoch, plog.latest_epoch + 1)
+            if self._replication is None:
+                # Serve with an epoch above every epoch this log has seen, so an older writer is fenced.
+                ctx.epoch = max(ctx.epoch, plog.latest_epoch + 1)
+            elif plog.latest_epoch > ctx.epoch:
+                raise RuntimeError(f"local replica has epoch {plog.latest_epoch} above the granted {ctx.epoch}")
             ctx.log = plog
             self._load_summary = await loop.run_in_executor(self._io, replay, plog, ctx.shard.state)
             if self._namespace is not None:
@@ -163,7 +185,9 @@ class CoordinatorShard:
                     break
                 records, ops = sealed
                 error = Errors.NONE
-                if records:
+                if records and self._replication is not None:
+                    error = await self._append_replicated(records)
+                elif records:
                     try:
                         await loop.run_in_executor(self._io, self._append_sync, records)
                     except AppendError as e:
@@ -180,6 +204,71 @@ class CoordinatorShard:
                 else:
                     self._stats["append_failures"] += 1
                     self._runtime.batch_failed(ctx, ops, error)
+
+    # ------------------------------------------------------------------------------------------
+    # Replication (replicated deployments only)
+    # ------------------------------------------------------------------------------------------
+    def _log_server(self, node_id: str):
+        import ray
+
+        from actors.log_server import log_server_name
+
+        return ray.get_actor(log_server_name(node_id), namespace=self._namespace)
+
+    async def _run_io(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self._io, fn, *args)
+
+    async def _append_replicated(self, records: list) -> Errors:
+        ctx = self._ctx
+
+        def batch_for(epoch: int) -> Batch:
+            return Batch(ctx.log.log_end_offset, epoch, int(time.time() * 1000), tuple(records))
+
+        async def append_local(batch: Batch) -> None:
+            await self._run_io(ctx.log.append, batch, batch.leader_epoch)
+
+        async def truncate_local(offset: int) -> None:
+            await self._run_io(ctx.log.truncate_to, offset)
+
+        try:
+            error = await self._replication.replicate(append_local, truncate_local, batch_for)
+        except Deposed as e:
+            self._step_down(str(e))
+            return Errors.NOT_COORDINATOR
+        except (LogError, OSError) as e:
+            log.error("append failed on shard %d: %s", self.partition, e)
+            return Errors.NOT_COORDINATOR
+        return map_append_error(error) if error is not Errors.NONE else error
+
+    def _step_down(self, reason: str) -> None:
+        if self._ctx.state is not PartitionState.FAILED:
+            log.warning("shard %d steps down: %s", self.partition, reason)
+            self._ctx.state = PartitionState.FAILED
+
+    async def _maintenance_loop(self) -> None:
+        await self._loaded
+        while self._ctx.state is not PartitionState.FAILED and self._replication is not None:
+            await asyncio.sleep(MAINTENANCE_INTERVAL_S)
+            if self._ctx.state is not PartitionState.ACTIVE:
+                continue
+            try:
+                await self._replication.maintain(self._ctx.log, self._run_io)
+            except Deposed as e:
+                self._step_down(str(e))
+            except Exception:  # noqa: BLE001 - try again next round
+                log.exception("replica maintenance failed on shard %d", self.partition)
+
+    async def replica_records(self, up_to_offset: int | None = None) -> list:
+        """The leader's records below ``up_to_offset`` (tests compare them with the followers')."""
+        def collect():
+            out = []
+            for batch in self._ctx.log.batches(0):
+                for i, rec in enumerate(batch.records):
+                    if up_to_offset is None or batch.base_offset + i < up_to_offset:
+                        out.append(rec)
+            return out
+
+        return await self._run_io(collect)
 
     # ------------------------------------------------------------------------------------------
     # The API
@@ -242,6 +331,8 @@ class CoordinatorShard:
             "load_error": self._load_error,
             "groups": 0 if self._ctx.shard is None else len(self._ctx.shard.groups),
             "pid": os.getpid(),
+            "node_id": self._node_id,
+            "isr": None if self._replication is None else sorted(self._replication.isr),
             "namespace": self._namespace,
             "topics": len(self._topics),
             **self._stats,

@@ -28,7 +28,12 @@ def ray_session():
 
 @pytest.fixture
 def cluster(ray_session, tmp_path):
+    import ray
+
     from raygroups.cluster import start_local
+
+    if not ray.is_initialized():  # a multi-node module shut the shared Ray down: start it again
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
 
     c = start_local(num_partitions=4, data_dir=tmp_path / "data", config=CONFIG,
                     namespace=f"test-{uuid.uuid4().hex[:8]}")

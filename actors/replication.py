@@ -1,0 +1,159 @@
+"""The leader side of Kafka's ISR replication, run inside the shard actor that leads a partition.
+
+A batch is appended to the leader's local log, then pushed to every follower in the ISR in parallel.
+A follower that fails or times out (``replica.lag.time.max.ms``) is removed from the ISR *through the
+controller* (epoch-checked) before anything is acknowledged; the batch is durable when every remaining
+ISR member has it and the ISR (leader included) is at least ``min.insync.replicas`` — acks=all semantics,
+so any replica a future election may pick has every acknowledged batch. Too few in-sync replicas: the
+write is refused before it touches the log (``NOT_ENOUGH_REPLICAS``, which clients see as
+``COORDINATOR_NOT_AVAILABLE``); a batch that fails after the local append is truncated away again,
+locally and on the followers that took it. A follower answering that it is fenced at a newer epoch means
+this leader was deposed: it steps down and acknowledges nothing more.
+
+Followers out of the ISR are caught up in the background: leader-epoch truncation (the follower keeps
+only what matches the leader's log for its latest epoch), then the missing batches, and once level with
+the leader's log end they rejoin the ISR through the controller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+import ray
+
+from coordinator.errors import Errors
+from offsets_log import Batch
+
+log = logging.getLogger(__name__)
+CATCH_UP_CHUNK_BYTES = 1 << 20
+MAINTENANCE_INTERVAL_S = 0.5
+
+
+class Deposed(Exception):
+    """A newer leader epoch exists: this leader must stop serving."""
+
+
+class LeaderReplication:
+    def __init__(self, partition: int, node_id: str, controller, log_server: Callable[[str], object],
+                 min_insync_replicas: int, replica_lag_ms: int) -> None:
+        self.partition = partition
+        self.node_id = node_id
+        self._controller = controller
+        self._log_server = log_server
+        self.min_isr = min_insync_replicas
+        self.lag_s = replica_lag_ms / 1000.0
+        self.epoch = -1
+        self.replicas: list[str] = []
+        self.isr: set[str] = set()  # followers in sync (the leader is implicit)
+        self.lock = asyncio.Lock()  # orders appends and ISR expansion
+
+    async def start(self) -> int:
+        meta = await self._controller.leader_started.remote(self.partition, self.node_id)
+        if meta is None:
+            raise Deposed(f"the controller does not name node {self.node_id} leader of partition {self.partition}")
+        self._apply(meta)
+        return self.epoch
+
+    def _apply(self, meta: dict) -> None:
+        self.epoch = meta["leader_epoch"]
+        self.replicas = list(meta["replicas"])
+        self.isr = {n for n in meta["isr"] if n != self.node_id}
+
+    @property
+    def followers(self) -> list[str]:
+        return [n for n in self.replicas if n != self.node_id]
+
+    # ------------------------------------------------------------------------------------------
+    async def replicate(self, append_local, truncate_local, batch_for) -> Errors:
+        """Append one batch under acks=all. ``batch_for(epoch)`` builds it at the local log end,
+        ``append_local(batch)``/``truncate_local(offset)`` run on the log's I/O thread."""
+        async with self.lock:
+            if 1 + len(self.isr) < self.min_isr:
+                return Errors.NOT_ENOUGH_REPLICAS
+            batch: Batch = batch_for(self.epoch)
+            await append_local(batch)
+            followers = sorted(self.isr)
+            results = await asyncio.gather(*(self._push(n, [batch]) for n in followers))
+            failed = [n for n, r in zip(followers, results, strict=True) if not r.get("ok")]
+            if any(r.get("reason") == "fenced" for r in results):
+                await truncate_local(batch.base_offset)
+                raise Deposed(f"a follower is fenced above epoch {self.epoch}")
+            for node in failed:
+                await self._shrink(node)
+            if 1 + len(self.isr) < self.min_isr:
+                await truncate_local(batch.base_offset)
+                for node in followers:
+                    if node not in failed:
+                        await self._call(node, "truncate_to", self.partition, batch.base_offset, self.epoch)
+                return Errors.NOT_ENOUGH_REPLICAS
+            return Errors.NONE
+
+    async def _push(self, node: str, batches: list[Batch]) -> dict:
+        return await self._call(node, "append", self.partition, batches, self.epoch)
+
+    async def _call(self, node: str, method: str, *args) -> dict:
+        try:
+            handle = self._log_server(node)
+            return await asyncio.wait_for(getattr(handle, method).remote(*args), self.lag_s)
+        except (TimeoutError, ray.exceptions.RayError, ValueError) as e:
+            return {"ok": False, "reason": "unreachable", "detail": f"{type(e).__name__}: {e}"}
+
+    async def _shrink(self, node: str) -> None:
+        ok = await self._controller.shrink_isr.remote(self.partition, self.epoch, node)
+        if not ok:
+            raise Deposed(f"the controller refused an ISR change at epoch {self.epoch}")
+        self.isr.discard(node)
+        log.info("partition %d: %s left the ISR", self.partition, node)
+
+    # ------------------------------------------------------------------------------------------
+    async def maintain(self, leader_log, run_io) -> None:
+        """One round: re-read our metadata (step down if deposed) and catch up out-of-sync followers."""
+        meta = await self._controller.partition_state.remote(self.partition)
+        if meta is None or meta["leader"] != self.node_id or meta["leader_epoch"] != self.epoch:
+            raise Deposed(f"partition {self.partition} moved on: {meta}")
+        self.replicas = list(meta["replicas"])
+        for node in self.followers:
+            if node not in self.isr:
+                try:
+                    await self._catch_up(node, leader_log, run_io)
+                except Deposed:
+                    raise
+                except Exception as e:  # noqa: BLE001 - a follower we cannot reach stays out of the ISR
+                    log.info("partition %d: catch-up of %s failed: %s", self.partition, node, e)
+
+    async def _catch_up(self, node: str, leader_log, run_io) -> None:
+        state = await self._call(node, "state", self.partition)
+        if "log_end_offset" not in state:
+            return
+        if state.get("fenced_epoch", -1) > self.epoch:
+            raise Deposed(f"{node} is fenced at epoch {state['fenced_epoch']} > {self.epoch}")
+        follower_end = state["log_end_offset"]
+        # Leader-epoch truncation: keep only what matches our log for the follower's latest epoch.
+        if state["latest_epoch"] >= 0:
+            _, end_for_epoch = await run_io(leader_log.end_offset_for_epoch, state["latest_epoch"])
+            target = min(follower_end, end_for_epoch)
+        else:
+            target = 0
+        target = min(target, await run_io(lambda: leader_log.log_end_offset))
+        if target < follower_end:
+            r = await self._call(node, "truncate_to", self.partition, target, self.epoch)
+            if not r.get("ok"):
+                return
+        position = target
+        while True:
+            async with self.lock:
+                batches = await run_io(leader_log.read, position, CATCH_UP_CHUNK_BYTES)
+                if not batches:
+                    # Level with the leader's log end while no append can run: back in sync.
+                    ok = await self._controller.expand_isr.remote(self.partition, self.epoch, node)
+                    if not ok:
+                        raise Deposed(f"the controller refused an ISR change at epoch {self.epoch}")
+                    self.isr.add(node)
+                    log.info("partition %d: %s rejoined the ISR at offset %d", self.partition, node, position)
+                    return
+            r = await self._push(node, batches)
+            if not r.get("ok"):
+                return
+            position = batches[-1].next_offset

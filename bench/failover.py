@@ -1,0 +1,166 @@
+"""Failover of a coordinator partition on a simulated 3-node cluster, and the cost of replication.
+
+For partitions holding 10 k / 100 k / 1 M records: kill the leader's node (raylet SIGKILL) and measure
+the time from the kill to the first successful commit on that partition, broken down into detection
+(kill → the controller sees the node dead), election (→ new leader chosen, epoch bumped, followers
+fenced, shard started), replay (the new shard's load of its local replica) and client rediscovery (the
+rest). Then commit throughput at 64 clients with replication factor 3 vs 1, measured in the same run.
+Goals (issue 5): failover ≤ detection + 1 s with 1 M records; RF 3 throughput ≥ 50 % of RF 1.
+
+Writes ``bench/results/failover.json`` and prints a table. Run: ``.venv/bin/python bench/failover.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import ray  # noqa: E402
+
+from bench.throughput import _rate  # noqa: E402
+from coordinator.errors import Errors  # noqa: E402
+from coordinator.messages import OffsetCommitRequest  # noqa: E402
+from raygroups import partition_for  # noqa: E402
+from raygroups.cluster import start_local  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+FILL_TOPIC = "fill"
+FILL_PARTITIONS = 1000  # keys per commit request while filling
+
+
+def _group_on(partition: int, num_partitions: int, prefix: str) -> str:
+    return next(g for g in (f"{prefix}-{i}" for i in range(10_000)) if partition_for(g, num_partitions) == partition)
+
+
+def _fill(cluster, group: str, records: int) -> float:
+    client = cluster.client()
+    start = time.perf_counter()
+    sent = 0
+    futures = []
+    offset = 0
+    while sent < records:
+        n = min(FILL_PARTITIONS, records - sent)
+        offset += 1
+        futures.append(client.commit_offsets(group_id=group, offsets={(FILL_TOPIC, p): (offset, "") for p in range(n)}))
+        sent += n
+        if len(futures) >= 16:
+            for f in futures:
+                assert set(f.result(120).errors.values()) == {Errors.NONE}
+            futures = []
+    for f in futures:
+        assert set(f.result(120).errors.values()) == {Errors.NONE}
+    return time.perf_counter() - start
+
+
+def _failover_once(cluster, partition: int, group: str) -> dict:
+    client = cluster.client()
+    assert client.commit_offsets(group_id=group, offsets={(FILL_TOPIC, 0): (0, "")}).result(60).errors[(FILL_TOPIC, 0)] is Errors.NONE
+    state = cluster.partition_state(partition)
+    victim = state["leader"]
+    events_before = len(cluster.controller_events())
+    t_kill = time.time()
+    cluster.kill_node(victim, graceful=False)
+    attempts = 0
+    while True:
+        attempts += 1
+        r = client.commit_offsets(group_id=group, offsets={(FILL_TOPIC, 0): (attempts, "")}).result(120)
+        if r.errors[(FILL_TOPIC, 0)] is Errors.NONE:
+            t_ok = time.time()
+            break
+    events = cluster.controller_events()[events_before:]
+    dead = next((e["t"] for e in events if e["event"] == "node-dead" and e.get("node") == victim), None)
+    elected = next((e["t"] for e in events if e["event"] == "failover" and e.get("partition") == partition), None)
+    status = cluster.shard_status()[partition]
+    replay_s = status.get("load_seconds") or 0.0
+    total = t_ok - t_kill
+    detection = (dead - t_kill) if dead else None
+    election = (elected - dead) if (elected and dead) else None
+    rediscovery = total - (detection or 0) - (election or 0) - replay_s
+    return {"records": status.get("load_records"), "total_s": round(total, 3),
+            "detection_s": None if detection is None else round(detection, 3),
+            "election_s": None if election is None else round(election, 3),
+            "replay_s": round(replay_s, 3), "rediscovery_and_rest_s": round(rediscovery, 3),
+            "new_epoch": status.get("leader_epoch"), "victim": victim[:12]}
+
+
+def _throughput(cluster, duration_s: float) -> float:
+    cluster.create_topic("bench", 1)
+    shard = cluster.shard(0)
+
+    async def commit(i, n):  # one partition: every group lives on shard 0
+        r = await shard.handle.remote(OffsetCommitRequest(f"tp{i}", {("bench", 0): (n, "", -1)}))
+        assert r.errors[("bench", 0)] is Errors.NONE, r
+
+    rate, _ = asyncio.new_event_loop().run_until_complete(_rate(commit, 64, duration_s))
+    return rate
+
+
+def _wait_full_isr(cluster, timeout_s: float = 180) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        nodes = set(cluster.coordinator_nodes())
+        states = [cluster.partition_state(p) for p in range(cluster.num_partitions)]
+        if all(s["leader"] in nodes and len(s["isr"]) >= 3 for s in states):
+            return
+        time.sleep(0.5)
+    raise TimeoutError("partitions did not get back to a full ISR")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="10000,100000,1000000")
+    parser.add_argument("--duration", type=float, default=4.0)
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    config = {"group.min.session.timeout.ms": 10, "request.timeout.ms": 120_000}
+    failovers = []
+    cluster = start_local(num_partitions=len(sizes), num_nodes=3, config=config)
+    try:
+        cluster.create_topic(FILL_TOPIC, FILL_PARTITIONS)
+        for partition, size in enumerate(sizes):
+            group = _group_on(partition, cluster.num_partitions, "fill")
+            fill_s = _fill(cluster, group, size)
+            result = _failover_once(cluster, partition, group)
+            result["fill_s"] = round(fill_s, 1)
+            failovers.append(result)
+            print(f"failover with {size:>9} records: {result}", flush=True)
+            cluster.add_node()
+            _wait_full_isr(cluster)
+    finally:
+        cluster.shutdown()
+    rates = {}
+    for rf in (3, 1):
+        c = start_local(num_partitions=1, num_nodes=3, config={**config, "offsets.topic.replication.factor": rf,
+                                                              "min.insync.replicas": min(2, rf)})
+        try:
+            rates[rf] = _throughput(c, args.duration)
+        finally:
+            c.shutdown()
+    result = {
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
+                    "ray": ray.__version__},
+        "health_checks": "500 ms x 3 (simulated cluster)",
+        "failover": failovers,
+        "commit_calls_per_s_64_clients": {"rf3": round(rates[3], 1), "rf1": round(rates[1], 1),
+                                          "rf3_vs_rf1": round(rates[3] / rates[1], 3)},
+    }
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "failover.json").write_text(json.dumps(result, indent=2))
+    print(f"{'records':>9} {'total':>7} {'detect':>7} {'elect':>7} {'replay':>7} {'rest':>7}")
+    for f in failovers:
+        print(f"{f['records'] or 0:>9} {f['total_s']:>7} {f['detection_s']!s:>7} {f['election_s']!s:>7} "
+              f"{f['replay_s']:>7} {f['rediscovery_and_rest_s']:>7}")
+    print(f"commit calls/s at 64 clients: RF 3 {rates[3]:.0f}, RF 1 {rates[1]:.0f} "
+          f"({rates[3] / rates[1]:.0%} of RF 1)")
+
+
+if __name__ == "__main__":
+    main()

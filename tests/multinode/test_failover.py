@@ -1,0 +1,117 @@
+"""Failover on a simulated 3-node cluster, under continuous commits and a heartbeating stable group
+(issue 5; invariants of reference peers-and-reliability.md §C.4). The scenarios run in order on one
+cluster; each one ends with the cluster back at three nodes and every ISR full."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import Counter
+
+import pytest
+
+from raygroups import Errors, partition_for
+from tests.multinode.conftest import (
+    Workload,
+    check_followers_match_leader,
+    check_one_shard_per_partition,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+
+def _full_isr(cluster) -> bool:
+    nodes = set(cluster.coordinator_nodes())
+    for p in range(cluster.num_partitions):
+        s = cluster.partition_state(p)
+        if s["leader"] not in nodes or len(s["isr"]) < 3 or not set(s["isr"]) <= nodes:
+            return False
+    return True
+
+
+def _restore(cluster) -> None:
+    while len(cluster.coordinator_nodes()) < 3:
+        cluster.add_node()
+    wait_for(lambda: _full_isr(cluster), timeout_s=90, what="every partition back to a full ISR")
+    check_one_shard_per_partition(cluster)
+
+
+def _busiest_leader(cluster) -> str:
+    return Counter(cluster.partition_leaders().values()).most_common(1)[0][0]
+
+
+@pytest.mark.parametrize("graceful", [True, False], ids=["graceful-removal", "raylet-killed"])
+def test_leader_node_loss(cluster, graceful):
+    with Workload(cluster, f"loss-{graceful}") as work:
+        wait_for(lambda: work.progressed({}), what="commits before the fault")
+        victim = _busiest_leader(cluster)
+        moved = [p for p, n in cluster.partition_leaders().items() if n == victim]
+        epochs = {p: cluster.partition_state(p)["leader_epoch"] for p in moved}
+        before = dict(work.acked)
+        cluster.kill_node(victim, graceful=graceful)
+        wait_for(lambda: all(cluster.partition_state(p)["leader"] not in (None, victim) for p in moved),
+                 what="new leaders")
+        wait_for(lambda: work.progressed(before), what="commits after the failover")
+        work.observe()
+    for p in moved:
+        assert cluster.partition_state(p)["leader_epoch"] > epochs[p]
+    work.check_invariants()
+    check_one_shard_per_partition(cluster)
+    check_followers_match_leader(cluster)
+    _restore(cluster)
+
+
+def test_paused_leader_shard_is_fenced_and_replaced(cluster):
+    with Workload(cluster, "pause") as work:
+        wait_for(lambda: work.progressed({}), what="commits before the fault")
+        p = partition_for(work.stable, cluster.num_partitions)
+        state = cluster.partition_state(p)
+        pid = cluster.shard_status()[p]["pid"]
+        before = dict(work.acked)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            wait_for(lambda: cluster.partition_state(p)["leader_epoch"] > state["leader_epoch"]
+                     and cluster.shard_status()[p]["state"] == "ACTIVE", what="a new leader for the paused shard")
+            wait_for(lambda: work.progressed(before), what="commits after the failover")
+        finally:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass  # the controller already killed the zombie
+        work.observe()
+    assert cluster.shard_status()[p]["pid"] != pid
+    work.check_invariants()
+    check_one_shard_per_partition(cluster)
+    check_followers_match_leader(cluster)
+    _restore(cluster)
+
+
+def test_followers_lost_then_writes_refused_then_back(cluster):
+    with Workload(cluster, "followers") as work:
+        wait_for(lambda: work.progressed({}), what="commits before the fault")
+        p = partition_for(work.stable, cluster.num_partitions)
+        state = cluster.partition_state(p)
+        leader = state["leader"]
+        followers = [n for n in state["replicas"] if n != leader]
+        before = dict(work.acked)
+        cluster.kill_node(followers[0], graceful=False)
+        wait_for(lambda: followers[0] not in cluster.partition_state(p)["isr"], what="the ISR to shrink")
+        wait_for(lambda: work.progressed(before), what="writes continuing with 2 in-sync replicas")
+        # Losing a second follower leaves the leader alone: min.insync.replicas=2 refuses writes.
+        cluster.kill_node(followers[1], graceful=False)
+        wait_for(lambda: list(cluster.partition_state(p)["isr"]) == [leader], what="the ISR down to the leader")
+        stalled = dict(work.acked)
+        wait_for(lambda: Errors.COORDINATOR_NOT_AVAILABLE in work.commit_errors or
+                 Errors.NOT_COORDINATOR in work.commit_errors, timeout_s=90, what="writes refused")
+        assert work.acked.get(work.stable, 0) <= stalled.get(work.stable, 0) + 1
+        # The nodes come back: replicas are re-created, caught up, and the ISR grows again.
+        cluster.add_node()
+        cluster.add_node()
+        wait_for(lambda: _full_isr(cluster), timeout_s=120, what="the ISR to grow back")
+        resumed = dict(work.acked)
+        wait_for(lambda: work.progressed(resumed), what="writes after the ISR grew back")
+        work.observe()
+    work.check_invariants()
+    check_one_shard_per_partition(cluster)
+    check_followers_match_leader(cluster)
