@@ -231,7 +231,11 @@ class Controller:
         candidates = alive - ({old} if exclude_leader and old is not None else set())
         isr = tuple(n for n in a.isr if n in candidates)
         new = elect_leader(dataclasses.replace(a, isr=isr), candidates, unclean=self.unclean)
-        if new is not None and new not in isr:
+        if new is None:
+            # Offline. As Kafka, never shrink the ISR below its last members: they are the replicas
+            # that hold every acknowledged batch, and the partition comes back when one of them does.
+            isr = a.isr
+        elif new not in isr:
             isr = (*isr, new)  # unclean election: the new leader defines the log
         a = dataclasses.replace(a, leader=new, leader_epoch=a.leader_epoch + 1, isr=isr)
         self.partitions[partition] = a
