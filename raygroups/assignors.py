@@ -672,9 +672,10 @@ class StickyAssignor(_StickyBase):
     ``generation_id``. Conflicting claims: the higher generation wins, a tie invalidates the claim.
     Under EAGER, members have revoked everything before joining, so moves are safe in one round.
     Not guaranteed: the same choice among equally good assignments as Kafka's implementation makes
-    (Kafka's depends on hash-map order), rack awareness. With different subscriptions the cost grows
-    with partitions x (topics + members) x subscriptions (about a second for 1 000 partitions over
-    50 members); identical subscriptions take a fast path.
+    (Kafka's depends on hash-map order), rack awareness. Cost: identical subscriptions (and each
+    group of members sharing no topic with the rest) take a fast quota path; otherwise an exact
+    min-cost flow runs, well under a second for 2 000 partitions over 200 members, about 3 s for
+    10 000 partitions over 1 000 members of which one reads differently.
     """
 
     name = "sticky"
