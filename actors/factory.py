@@ -45,11 +45,15 @@ def create_shard(partition: int, namespace: str, num_partitions: int, config: di
     )
 
 
-def create_worker(cls: type, namespace: str, *args: Any):
+def create_worker(cls: type, namespace: str, *args: Any, resources: dict[str, float] | None = None):
     """A consumer worker actor: threaded (its loop blocks in one thread while ``stats``/``stop`` are served
     by others), no CPU reservation so that many fit on a small machine, not restarted by Ray (a dead
-    consumer is the group's business: its partitions move after the session timeout)."""
-    return ray.remote(cls).options(namespace=namespace, max_concurrency=4, num_cpus=0, max_restarts=0).remote(*args)
+    consumer is the group's business: its partitions move after the session timeout). ``resources``
+    places it (a simulated cluster keeps consumers off the coordinator nodes it kills)."""
+    options: dict[str, Any] = {"namespace": namespace, "max_concurrency": 4, "num_cpus": 0, "max_restarts": 0}
+    if resources:
+        options["resources"] = resources
+    return ray.remote(cls).options(**options).remote(*args)
 
 
 @dataclass(frozen=True)

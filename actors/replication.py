@@ -114,6 +114,8 @@ class LeaderReplication:
         if meta is None or meta["leader"] != self.node_id or meta["leader_epoch"] != self.epoch:
             raise Deposed(f"partition {self.partition} moved on: {meta}")
         self.replicas = list(meta["replicas"])
+        # Replicas the controller dropped (dead nodes, re-replication) are no longer ours to wait for.
+        self.isr &= set(meta["isr"]) & set(self.replicas)
         for node in self.followers:
             if node not in self.isr:
                 try:

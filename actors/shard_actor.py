@@ -319,6 +319,7 @@ class CoordinatorShard:
         return await self.status()
 
     async def status(self) -> dict:
+        self._ensure_started()
         summary = self._load_summary
         return {
             "partition": self.partition,
@@ -339,8 +340,9 @@ class CoordinatorShard:
         }
 
     async def ping(self) -> None:
-        """A no-op: the Ray call floor that benchmarks compare against."""
-        return None
+        """A no-op (the Ray call floor that benchmarks compare against); also starts the load of a shard
+        nobody has called yet, so that the controller's liveness pings bring a new leader up."""
+        self._ensure_started()
 
     async def close(self) -> None:
         """Unload the partition (parked requests get NOT_COORDINATOR) and release its log."""

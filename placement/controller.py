@@ -25,7 +25,7 @@ from typing import Any
 import ray
 from ray.experimental import internal_kv
 
-from placement.plan import PartitionAssignment, elect_leader, plan
+from placement.plan import PartitionAssignment, elect_leader, needs_leader_rebalance, plan
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,7 @@ PING_TIMEOUT_S = 1.0
 # A leader shard that has not answered for this long while its node is alive is deemed paused or hung.
 # Longer than Ray's restart of a crashed process (about 1.3 s measured), so a crash is not a failover.
 SHARD_SILENCE_S = 3.0
+LEADER_BALANCE_INTERVAL_S = 10.0  # Kafka's leader.imbalance.check.interval.seconds is 300; ours is cheap
 
 
 def _to_json(assignments: dict[int, PartitionAssignment]) -> bytes:
@@ -143,7 +144,8 @@ class Controller:
         deadline = time.monotonic() + 10
         while True:
             try:
-                self._actors.create_shard(partition, node_id)
+                handle = self._actors.create_shard(partition, node_id)
+                handle.ready.remote()  # start its load now rather than on the first client request
                 self._last_answer[partition] = time.monotonic()
                 return
             except ValueError:
@@ -256,12 +258,16 @@ class Controller:
 
     async def _monitor_loop(self) -> None:
         last_ping = 0.0
+        last_balance = time.monotonic()
         while True:
             try:
                 await self._reconcile_nodes()
                 if time.monotonic() - last_ping >= PING_INTERVAL_S:
                     last_ping = time.monotonic()
                     await self._check_shards()
+                if time.monotonic() - last_balance >= LEADER_BALANCE_INTERVAL_S:
+                    last_balance = time.monotonic()
+                    await self.balance_leaders()
             except Exception:  # noqa: BLE001 - the loop logs and carries on after any single failure
                 log.exception("controller reconcile step failed")
             await asyncio.sleep(MONITOR_INTERVAL_S)
@@ -295,6 +301,28 @@ class Controller:
                     isr = tuple(n for n in old.isr if n in a.replicas)
                     self.partitions[p] = dataclasses.replace(old, replicas=a.replicas, isr=isr)
             self._save()
+
+    async def balance_leaders(self) -> int:
+        """Preferred-leader balancing: when Kafka's 10 % imbalance trigger fires, move leadership back to
+        each partition's preferred replica (first in ``replicas``) that is alive and in sync. Returns the
+        number of leaders moved."""
+        await self._ensure_running()
+        moved = 0
+        async with self._lock:
+            alive = self.alive_coordinator_nodes()
+            if not needs_leader_rebalance(self.partitions, sorted(alive)):
+                return 0
+            for p, a in sorted(self.partitions.items()):
+                preferred = a.replicas[0]
+                if a.leader is not None and a.leader != preferred and preferred in alive and preferred in a.isr:
+                    a = dataclasses.replace(a, leader=preferred, leader_epoch=a.leader_epoch + 1)
+                    self.partitions[p] = a
+                    self._save()
+                    self._event("preferred-leader", partition=p, new=preferred, epoch=a.leader_epoch)
+                    await self._fence(p, a)
+                    await self._replace_shard(p)
+                    moved += 1
+        return moved
 
     async def _check_shards(self) -> None:
         """Ping every leader shard; one silent for SHARD_SILENCE_S while its node lives is failed over."""

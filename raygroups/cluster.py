@@ -38,6 +38,8 @@ class Cluster:
         self.replicated = replicated
         self._ray_cluster = ray_cluster  # ray.cluster_utils.Cluster of a simulated multi-node deployment
         self._factory = factory
+        # Where consumer actors go: on a simulated cluster, the head node, which is never killed.
+        self.consumer_resources = {"head": 0.001} if ray_cluster is not None else None
         self.num_partitions = num_partitions
         self.config = config
         self.data_dir = data_dir

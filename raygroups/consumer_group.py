@@ -209,7 +209,8 @@ class ConsumerGroup:
             actor = create_worker(ConsumerWorker, self.cluster.namespace, self.cluster.namespace, self.group_id,
                                   self.topics, self.source, self._spec["processor_cls"],
                                   self._spec["processor_args"], self._next_id, self._spec["consumer_options"],
-                                  self._spec["commit_interval_s"], self._spec["max_records_per_poll"])
+                                  self._spec["commit_interval_s"], self._spec["max_records_per_poll"],
+                                  resources=getattr(self.cluster, "consumer_resources", None))
             self._next_id += 1
             self._workers.append((actor, actor.run.remote()))
         while len(self._workers) > n:

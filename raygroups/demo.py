@@ -1,9 +1,11 @@
 """``make demo``: the main job on the embedded default.
 
-``start_local`` starts a local Ray with 8 coordinator shards; a ``ConsumerGroup`` of 4 consumer actors
-(cooperative-sticky) works through a live synthetic topic of 12 partitions and commits as it goes.
-Mid-run the shard that coordinates the group is killed (Ray restarts it; it replays its log), later one
-consumer leaves and the group rebalances. A live table shows generation, members, assignments,
+``start_local(num_nodes=3)`` simulates three coordinator nodes beside a head node (8 partitions, each
+replicated on all three, min ISR 2); a ``ConsumerGroup`` of 4 consumer actors (cooperative-sticky)
+works through a live synthetic topic of 12 partitions and commits as it goes. Mid-run the node that
+leads the group's partition is killed (its raylet dies; the controller elects a new leader from the
+ISR, which replays its replica), later one consumer leaves and the group rebalances. With
+``--nodes 1`` it runs on a single-node Ray and kills the coordinating shard's process instead. A live table shows generation, members, assignments,
 committed offsets and lag; at the end the demo checks that no acknowledged commit was lost and that
 no record was skipped.
 
@@ -31,18 +33,24 @@ def _table(t: float, stats: dict, shards: list[dict]) -> str:
     committed = "  ".join(f"{p['partition']:>2}:{max(p['committed'], 0):>6}" for p in stats["partitions"])
     lag = sum(p["lag"] for p in stats["partitions"])
     lines.append(f"          committed {committed}")
-    lines.append(f"          total lag {lag} records; shard epochs {[s.get('leader_epoch') for s in shards]}")
+    lines.append(f"          total lag {lag} records; leader epochs {[s.get('leader_epoch') for s in shards]}")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="raygroups demo: a consumer group on Ray through a shard crash")
     parser.add_argument("--seconds", type=float, default=24.0)
+    parser.add_argument("--nodes", type=int, default=3, help="simulated coordinator nodes (1: a single-node Ray)")
     args = parser.parse_args(argv)
 
-    print("starting a local deployment: 8 coordinator shards (one Ray actor per __consumer_offsets partition)")
-    cluster = start_local(num_partitions=8, config={"group.initial.rebalance.delay.ms": 1_000,
-                                                    "group.min.session.timeout.ms": 1_000})
+    config = {"group.initial.rebalance.delay.ms": 1_000, "group.min.session.timeout.ms": 1_000}
+    if args.nodes > 1:
+        print(f"starting a simulated cluster: head node + {args.nodes} coordinator nodes, 8 partitions, "
+              f"each replicated on {min(3, args.nodes)} nodes")
+        cluster = start_local(num_partitions=8, num_nodes=args.nodes, config=config)
+    else:
+        print("starting a local deployment: 8 coordinator shards (one Ray actor per __consumer_offsets partition)")
+        cluster = start_local(num_partitions=8, config=config)
     ok = True
     try:
         source = SyntheticSource({TOPIC: 12}, records_per_partition=None, records_per_second=400)
@@ -55,8 +63,14 @@ def main(argv: list[str] | None = None) -> int:
         killed = left = False
         while (elapsed := time.monotonic() - start) < args.seconds:
             if not killed and elapsed > args.seconds * 0.3:
-                print(f"\n*** killing shard {shard} (the group's coordinator) mid-run ***\n")
-                cluster.kill_shard(shard)
+                if cluster.replicated:
+                    leader = cluster.partition_state(shard)["leader"]
+                    print(f"\n*** killing node {leader[:12]} (leader of partition {shard}, the group's "
+                          f"coordinator) mid-run ***\n")
+                    cluster.kill_node(leader, graceful=False)
+                else:
+                    print(f"\n*** killing shard {shard} (the group's coordinator) mid-run ***\n")
+                    cluster.kill_shard(shard)
                 killed = True
             if not left and elapsed > args.seconds * 0.6:
                 print("\n*** consumer 3 leaves the group: the group rebalances ***\n")

@@ -115,3 +115,26 @@ def test_followers_lost_then_writes_refused_then_back(cluster):
     work.check_invariants()
     check_one_shard_per_partition(cluster)
     check_followers_match_leader(cluster)
+
+
+def test_controller_restart_loses_nothing(cluster):
+    import ray
+
+    from placement.controller import CONTROLLER_NAME
+
+    before = {p: cluster.partition_state(p) for p in range(cluster.num_partitions)}
+    ray.kill(ray.get_actor(CONTROLLER_NAME, namespace=cluster.namespace), no_restart=False)
+    after = wait_for(lambda: _states_or_none(cluster), what="the controller to answer again")
+    assert after == before
+    with Workload(cluster, "after-controller-restart") as work:
+        wait_for(lambda: work.progressed({}), what="commits after the controller restart")
+    work.check_invariants()
+
+
+def _states_or_none(cluster):
+    import ray
+
+    try:
+        return {p: cluster.partition_state(p) for p in range(cluster.num_partitions)}
+    except (ray.exceptions.RayError, TimeoutError):
+        return None

@@ -109,3 +109,26 @@ def test_a_shard_that_never_comes_back_surfaces_not_coordinator_after_the_timeou
         ray.kill(c.shard(0), no_restart=True)
         r = c.client().commit_offsets(group_id="g", offsets={("orders", 0): (1, "")}).result(30)
         assert r.errors == {("orders", 0): Errors.NOT_COORDINATOR}
+
+
+def test_connect_attaches_and_shutdown_removes_every_actor(ray_session, tmp_path):
+    import ray
+
+    from raygroups import connect, start_local
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    owner = start_local(num_partitions=2, data_dir=tmp_path, namespace="test-connect")
+    owner.create_topic("orders", 1)
+    attached = connect(namespace="test-connect")
+    assert (attached.namespace, attached.num_partitions, attached.topics()) == ("test-connect", 2, {"orders": 1})
+    r = attached.client().commit_offsets(group_id="g", offsets={("orders", 0): (3, "")}).result(30)
+    assert r.errors == {("orders", 0): Errors.NONE}
+    attached.shutdown()  # a handle that created nothing removes nothing
+    assert owner.client().fetch_offsets(group_id="g").result(30).offsets[("orders", 0)].offset == 3
+    owner.shutdown()
+    for p in range(2):
+        with pytest.raises(ValueError):
+            ray.get_actor(f"raygroups-shard-{p}", namespace="test-connect")
+    with pytest.raises(ValueError, match="no raygroups deployment"):
+        connect(namespace="test-connect")

@@ -11,7 +11,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 
 def test_demo_passes_its_own_checks(ray_session, capsys):
-    assert demo.main(["--seconds", "9"]) == 0
+    assert demo.main(["--seconds", "9", "--nodes", "1"]) == 0
     out = capsys.readouterr().out
     assert "killing shard" in out and "leaves the group" in out
     assert "every acknowledged commit is still committed ... OK" in out
