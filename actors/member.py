@@ -16,13 +16,33 @@ whenever the member was no longer part of the group (generation or member id res
 ``poll_rebalance``/``commit_request`` raises it. Not guaranteed: thread safety (the shell serialises calls).
 """
 
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Any, NamedTuple
+from typing import Any
 
+from actors.member_errors import (
+    CommitFailedError,
+    ConsumerError,
+    FatalConsumerError,
+    FencedInstanceIdError,
+    GroupMaxSizeReachedError,
+    RebalanceInProgressError,
+)
+from actors.member_events import (
+    COOPERATIVE,
+    EAGER,
+    Generation,
+    JoinComplete,
+    ListenerEvent,
+    MemberState,
+    PrepareJoin,
+    SendRequest,
+    TopicPartition,
+    Wait,
+)
+from actors.member_offsets import MemberOffsetsMixin
 from coordinator.consumer_protocol import (
     PROTOCOL_TYPE,
     Assignment,
@@ -37,120 +57,37 @@ from coordinator.errors import Errors
 from coordinator.messages import (
     DEFAULT_CLIENT_HOST,
     NO_GENERATION,
-    UNKNOWN_MEMBER_ID,
     HeartbeatRequest,
     JoinGroupRequest,
     JoinGroupResponse,
     LeaveGroupRequest,
-    OffsetCommitRequest,
-    OffsetCommitResponse,
-    OffsetFetchRequest,
-    OffsetFetchResponse,
     SyncGroupRequest,
     SyncGroupResponse,
 )
 
-EAGER = "EAGER"
-COOPERATIVE = "COOPERATIVE"
+__all__ = [
+    "COOPERATIVE",
+    "DEFAULT_RETRY_BACKOFF_MS",
+    "EAGER",
+    "CommitFailedError",
+    "ConsumerError",
+    "FatalConsumerError",
+    "FencedInstanceIdError",
+    "Generation",
+    "GroupMaxSizeReachedError",
+    "GroupMember",
+    "JoinComplete",
+    "ListenerEvent",
+    "MemberState",
+    "PrepareJoin",
+    "RebalanceInProgressError",
+    "SendRequest",
+    "TopicPartition",
+    "Wait",
+    "rebalance_protocol_of",
+]
+
 DEFAULT_RETRY_BACKOFF_MS = 100  # Kafka's retry.backoff.ms
-
-TopicPartition = tuple[str, int]
-
-
-# ----------------------------------------------------------------------------------------------
-# Errors raised to the user
-# ----------------------------------------------------------------------------------------------
-class ConsumerError(Exception):
-    """A consumer operation failed with a Kafka error code (``.error``)."""
-
-    def __init__(self, error: Errors, message: str = "") -> None:
-        super().__init__(f"{error.name}: {message}" if message else error.name)
-        self.error = error
-
-
-class FatalConsumerError(ConsumerError):
-    """The consumer cannot continue; every later ``poll()``/``commit()`` raises this again."""
-
-
-class FencedInstanceIdError(FatalConsumerError):
-    """Another consumer with the same ``group_instance_id`` took over this member (KIP-345)."""
-
-
-class GroupMaxSizeReachedError(FatalConsumerError):
-    """The group already has ``group.max.size`` members."""
-
-
-class CommitFailedError(ConsumerError):
-    """The commit lost a race with a rebalance: this member no longer owns the generation it committed for.
-
-    Call ``poll()`` to rejoin; the partitions may now belong to another member."""
-
-
-class RebalanceInProgressError(CommitFailedError):
-    """The commit could not complete because a rebalance is under way; ``poll()`` then retry."""
-
-
-# ----------------------------------------------------------------------------------------------
-# State, actions and events
-# ----------------------------------------------------------------------------------------------
-class MemberState(StrEnum):
-    UNJOINED = "UNJOINED"
-    PREPARING_REBALANCE = "PREPARING_REBALANCE"
-    COMPLETING_REBALANCE = "COMPLETING_REBALANCE"
-    STABLE = "STABLE"
-
-
-@dataclass(frozen=True)
-class Generation:
-    generation_id: int = NO_GENERATION
-    member_id: str = UNKNOWN_MEMBER_ID
-    protocol_name: str | None = None
-
-    @property
-    def is_reset(self) -> bool:
-        return self.generation_id == NO_GENERATION or self.member_id == UNKNOWN_MEMBER_ID
-
-
-class ListenerEvent(NamedTuple):
-    """A rebalance-listener call: ``method`` is ``on_partitions_revoked|assigned|lost``."""
-
-    method: str
-    partitions: frozenset[TopicPartition]
-
-
-@dataclass(frozen=True)
-class PrepareJoin:
-    """Before (re)joining: call ``events`` (after an auto-commit if ``can_commit``), then ``finish_join_prepare``."""
-
-    events: tuple[ListenerEvent, ...]
-    can_commit: bool
-    dropped: frozenset[TopicPartition]
-
-
-@dataclass(frozen=True)
-class SendRequest:
-    """Send ``request`` (JoinGroup or SyncGroup) and feed its response back."""
-
-    request: Any
-
-
-@dataclass(frozen=True)
-class Wait:
-    """Nothing to send now: a response is awaited (``until_ms`` None) or back off until ``until_ms``."""
-
-    until_ms: int | None
-
-
-@dataclass(frozen=True)
-class JoinComplete:
-    """SyncGroup succeeded: call ``revoked`` (cooperative, may be empty = no call), ``finish_join``, then
-    ``on_partitions_assigned(added)``."""
-
-    generation: Generation
-    assignment: Assignment
-    assigned: frozenset[TopicPartition]
-    added: frozenset[TopicPartition]
-    revoked: frozenset[TopicPartition] = field(default_factory=frozenset)
 
 
 def rebalance_protocol_of(assignors: Sequence[Any]) -> str:
@@ -170,7 +107,7 @@ def rebalance_protocol_of(assignors: Sequence[Any]) -> str:
     return COOPERATIVE if COOPERATIVE in common else EAGER
 
 
-class GroupMember:
+class GroupMember(MemberOffsetsMixin):
     """One consumer's membership of a classic group (see module docstring for the guarantees)."""
 
     def __init__(
@@ -636,81 +573,3 @@ class GroupMember:
         self.closed = True
         self.rejoin_needed = False
         return request
-
-    # ------------------------------------------------------------------------------------------
-    # Offsets
-    # ------------------------------------------------------------------------------------------
-    def commit_request(self, offsets: Mapping[TopicPartition, int]) -> OffsetCommitRequest:
-        """An OffsetCommit for the current generation. Raises the fatal error, or ``RebalanceInProgressError``
-        / ``CommitFailedError`` when the member is not stable (not part of an active generation)."""
-        self.raise_if_fatal()
-        if self.state is not MemberState.STABLE:
-            if self.rebalance_in_progress:
-                raise RebalanceInProgressError(Errors.REBALANCE_IN_PROGRESS, "the consumer is undergoing a "
-                                               "rebalance; call poll() to complete it, then commit again")
-            raise CommitFailedError(Errors.UNKNOWN_MEMBER_ID, "the consumer is not part of an active group "
-                                    "(it was probably removed after a session or poll timeout)")
-        return OffsetCommitRequest(
-            self.group_id, {tp: (offset, "", -1) for tp, offset in offsets.items()}, self.generation_id,
-            self.member_id, self.group_instance_id,
-        )
-
-    def on_commit_response(self, request: OffsetCommitRequest, response: OffsetCommitResponse,
-                           now_ms: int) -> bool:
-        """True when committed, False when the commit should be retried (after ``retry_backoff_ms``);
-        raises ``CommitFailedError``/``RebalanceInProgressError``/``FencedInstanceIdError``/``ConsumerError``."""
-        unchanged = (request.generation_id == self.generation_id and request.member_id == self.member_id)
-        for error in response.errors.values():
-            if error is Errors.NONE:
-                continue
-            if error in (Errors.COORDINATOR_LOAD_IN_PROGRESS, Errors.UNKNOWN_TOPIC_OR_PARTITION):
-                return False
-            if error in (Errors.COORDINATOR_NOT_AVAILABLE, Errors.NOT_COORDINATOR, Errors.REQUEST_TIMED_OUT):
-                self.mark_coordinator_unknown(now_ms)
-                return False
-            if error is Errors.FENCED_INSTANCE_ID:
-                if unchanged:
-                    self._reset("encountered FENCED_INSTANCE_ID from OffsetCommit", True)
-                    self._fail(FencedInstanceIdError(error, f"group instance id {self.group_instance_id!r} was "
-                                                            "fenced by another consumer (OffsetCommit)"))
-                    raise self.fatal_error
-                if self.state is MemberState.PREPARING_REBALANCE:
-                    raise RebalanceInProgressError(error, "the commit's generation is stale; poll() and retry")
-                raise CommitFailedError(error, "the commit's generation is stale")
-            if error is Errors.REBALANCE_IN_PROGRESS:
-                self.request_rejoin("offset commit failed since group is already rebalancing")
-                raise RebalanceInProgressError(error, "the group is rebalancing; call poll() to complete the "
-                                                      "rebalance, then commit again")
-            if error in (Errors.UNKNOWN_MEMBER_ID, Errors.ILLEGAL_GENERATION):
-                if not unchanged and self.state is MemberState.PREPARING_REBALANCE:
-                    raise RebalanceInProgressError(error, "the commit's generation is stale; poll() and retry")
-                if unchanged:
-                    self._reset(f"encountered {error.name} from OffsetCommit", error is Errors.UNKNOWN_MEMBER_ID)
-                raise CommitFailedError(error, "the group has already rebalanced and assigned the partitions to "
-                                               "another member")
-            raise ConsumerError(error, "offset commit failed")
-        return True
-
-    def fetch_request(self, partitions: Sequence[TopicPartition]) -> OffsetFetchRequest:
-        self.raise_if_fatal()
-        return OffsetFetchRequest(self.group_id, tuple(partitions), True)
-
-    def on_fetch_response(self, response: OffsetFetchResponse,
-                          now_ms: int) -> dict[TopicPartition, int | None] | None:
-        """Committed offsets (None: nothing committed), or None when the fetch should be retried."""
-        error = response.error
-        if error in (Errors.COORDINATOR_NOT_AVAILABLE, Errors.NOT_COORDINATOR):
-            self.mark_coordinator_unknown(now_ms)
-            return None
-        if error in (Errors.COORDINATOR_LOAD_IN_PROGRESS, Errors.UNSTABLE_OFFSET_COMMIT):
-            return None
-        if error is not Errors.NONE:
-            raise ConsumerError(error, "offset fetch failed")
-        out: dict[TopicPartition, int | None] = {}
-        for tp, po in response.offsets.items():
-            if po.error is Errors.UNSTABLE_OFFSET_COMMIT:
-                return None
-            if po.error not in (Errors.NONE, Errors.UNKNOWN_TOPIC_OR_PARTITION):
-                raise ConsumerError(po.error, f"offset fetch failed for {tp}")
-            out[tp] = po.offset if po.error is Errors.NONE and po.offset >= 0 else None
-        return out
