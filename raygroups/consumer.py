@@ -31,12 +31,14 @@ Time: by default the wall clock and a daemon heartbeat thread. An injected ``clo
 ``sleep(s)`` if it runs in real time) drives every protocol timer; a clock without ``sleep`` (e.g.
 ``raygroups.testing.ManualClock``) starts no thread: background work then runs in ``poll()`` and in
 ``run_background_once_for_testing()``, which makes tests deterministic.
+
+Files: the heartbeat thread and the calls into the client are in ``raygroups.consumer_io``; the listener
+base class, the wall clock and the argument checks in ``raygroups.consumer_support``.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
 import logging
 import threading
 import time
@@ -59,17 +61,26 @@ from actors.member import (
     SendRequest,
     Wait,
 )
-from coordinator.errors import Errors
 from coordinator.messages import (
     HeartbeatRequest,
-    HeartbeatResponse,
     JoinGroupRequest,
     JoinGroupResponse,
-    LeaveGroupRequest,
     OffsetCommitResponse,
     OffsetFetchResponse,
     SyncGroupResponse,
     check_instance_id,
+)
+from raygroups.consumer_io import ConsumerIOMixin
+from raygroups.consumer_support import (
+    _LISTENER_METHODS,
+    _REQUEST_TIMEOUT_S,
+    ConsumerRebalanceListener,
+    TopicPartition,
+    _check_int,
+    _check_timeout,
+    _check_tp,
+    _resolve_assignors,
+    _WallClock,
 )
 
 __all__ = [
@@ -84,88 +95,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-_REQUEST_TIMEOUT_S = 30.0  # Kafka's request.timeout.ms
-TopicPartition = tuple[str, int]
-_LISTENER_METHODS = ("on_partitions_revoked", "on_partitions_assigned", "on_partitions_lost")
 
 
-class ConsumerRebalanceListener:
-    """Base class for rebalance listeners; every method is optional. As in Kafka, ``on_partitions_lost``
-    defaults to ``on_partitions_revoked`` (but committing there fails: the partitions are gone)."""
-
-    def on_partitions_revoked(self, partitions: frozenset[TopicPartition]) -> None:
-        pass
-
-    def on_partitions_assigned(self, partitions: frozenset[TopicPartition]) -> None:
-        pass
-
-    def on_partitions_lost(self, partitions: frozenset[TopicPartition]) -> None:
-        self.on_partitions_revoked(partitions)
-
-
-class _WallClock:
-    def now_ms(self) -> int:
-        return int(time.monotonic() * 1000)
-
-    def sleep(self, seconds: float) -> None:
-        time.sleep(seconds)
-
-
-def _kwargs(request: Any) -> dict[str, Any]:
-    return {f.name: getattr(request, f.name) for f in dataclasses.fields(request)}
-
-
-def _check_int(name: str, value: Any, lo: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < lo or value > 2**31 - 1:
-        raise ValueError(f"{name} must be in [{lo}, {2**31 - 1}], got {value}")
-
-
-def _check_timeout(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
-    if not value >= 0:
-        raise ValueError(f"{name} must be >= 0, got {value}")
-    return float(value)
-
-
-def _check_tp(name: str, tp: Any) -> TopicPartition:
-    if (not isinstance(tp, tuple) or len(tp) != 2 or not isinstance(tp[0], str) or isinstance(tp[1], bool)
-            or not isinstance(tp[1], int) or tp[1] < 0):
-        raise TypeError(f"{name} must be a (topic, partition) tuple with partition >= 0, got {tp!r}")
-    return tp
-
-
-def _resolve_assignors(assignors: Any) -> list[Any]:
-    if isinstance(assignors, (str, bytes)) or not isinstance(assignors, (list, tuple)):
-        raise TypeError(f"assignors must be a list of assignor names, got {type(assignors).__name__}")
-    if not assignors:
-        raise ValueError("assignors must name at least one assignor")
-    out = []
-    for a in assignors:
-        if isinstance(a, str):
-            out.append(_get_assignor(a))
-        elif all(hasattr(a, attr) for attr in ("name", "assign")):
-            out.append(a)
-        else:
-            raise TypeError(f"assignors entries must be assignor names or assignor objects, got {a!r}")
-    names = [a.name for a in out]
-    if len(set(names)) != len(names):
-        raise ValueError(f"assignors must not repeat a name, got {names}")
-    return out
-
-
-def _get_assignor(name: str) -> Any:
-    from raygroups.assignors import get_assignor  # a fresh instance: sticky assignors keep per-member state
-
-    try:
-        return get_assignor(name)
-    except ValueError as e:
-        raise ValueError(f"assignors: {e}") from None
-
-
-class Consumer:
+class Consumer(ConsumerIOMixin):
     """A consumer-group member (see the module docstring for what it guarantees)."""
 
     def __init__(
@@ -618,120 +550,3 @@ class Consumer:
                     self._next_auto_commit_ms = self._clock.now_ms() + self._retry_backoff_ms
             except ConsumerError as e:
                 log.warning("auto-commit of %s failed: %s", offsets, e)
-
-    # ------------------------------------------------------------------------------------------
-    # Background: heartbeats and the poll timer
-    # ------------------------------------------------------------------------------------------
-    def _start_thread_if_needed(self) -> None:
-        if not self._real_time or self._thread is not None:
-            return
-        self._thread = threading.Thread(target=self._run, name=f"raygroups-heartbeat-{self.group_id}", daemon=True)
-        self._thread.start()
-
-    def _stop_thread(self) -> None:
-        self._stopping.set()
-        self._wake.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join()
-
-    def _run(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                self._background_step()
-            except Exception:
-                log.exception("heartbeat thread step failed")
-            with self._lock:
-                now = self._clock.now_ms()
-                next_ms = self._member.next_background_ms()
-            interval_s = self._member.heartbeat_interval_ms / 1000.0
-            wait_s = interval_s if next_ms is None else (next_ms - now) / 1000.0
-            self._wake.wait(min(max(wait_s, 0.001), interval_s))
-            self._wake.clear()
-
-    def _background_step(self) -> None:
-        with self._background_lock:
-            self._collect_heartbeat()
-            with self._lock:
-                if self._closed and self._member.closed:
-                    return
-                request = self._member.poll_background(self._clock.now_ms())
-            if isinstance(request, LeaveGroupRequest):
-                self._send_leave(request)
-            elif request is not None:
-                future = self._send("heartbeat", request)
-                future.add_done_callback(lambda _f: self._wake.set())
-                with self._lock:
-                    self._heartbeat_call = (request, future)
-                self._collect_heartbeat()
-
-    def _collect_heartbeat(self) -> None:
-        with self._lock:
-            call = self._heartbeat_call
-            if call is None or not call[1].done():
-                return
-            self._heartbeat_call = None
-        response = self._result(call[1], HeartbeatResponse)
-        with self._lock:
-            self._member.on_heartbeat_response(call[0], response, self._clock.now_ms())
-
-    def _send_leave(self, request: LeaveGroupRequest | None, wait_s: float = 0.0) -> None:
-        if request is None:
-            return
-        future = self._send("leave_group", request)
-        try:
-            response = future.result(timeout=wait_s) if wait_s > 0 or future.done() else None
-        except Exception as e:
-            log.info("LeaveGroup failed: %s", e)
-            return
-        if response is not None and response.error is not Errors.NONE:
-            log.info("LeaveGroup answered %s", response.error.name)
-
-    # ------------------------------------------------------------------------------------------
-    # Calls into the client
-    # ------------------------------------------------------------------------------------------
-    def _send(self, method_name: str, request: Any) -> concurrent.futures.Future:
-        """Submit ``request``; a client that raises (e.g. the deployment is unreachable) yields a future
-        answering COORDINATOR_NOT_AVAILABLE, so the member rediscovers and retries as Kafka's client does.
-        After the member rediscovered its coordinator, a fresh ``cluster.client()`` is used."""
-        try:
-            with self._lock:
-                if self._member.rediscoveries != self._client_generation:
-                    self._client_generation = self._member.rediscoveries
-                    self._client = self._cluster.client()
-                client = self._client
-            return getattr(client, method_name)(**_kwargs(request))
-        except (TypeError, ValueError):
-            raise
-        except Exception as e:
-            log.info("%s failed: %s", type(request).__name__, e)
-            future: concurrent.futures.Future = concurrent.futures.Future()
-            future.set_exception(e)
-            return future
-
-    @staticmethod
-    def _result(future: concurrent.futures.Future, response_type: type) -> Any:
-        try:
-            return future.result(timeout=0)
-        except Exception as e:
-            log.info("request failed: %s", e)
-        if response_type is OffsetCommitResponse:
-            return OffsetCommitResponse({("", 0): Errors.COORDINATOR_NOT_AVAILABLE})
-        return response_type(Errors.COORDINATOR_NOT_AVAILABLE)
-
-    def _call(self, method_name: str, request: Any, deadline: float, response_type: type) -> Any:
-        future = self._send(method_name, request)
-        try:
-            future.result(timeout=max(0.0, deadline - time.monotonic()))
-        except concurrent.futures.TimeoutError:
-            raise TimeoutError(f"{type(request).__name__} got no answer in time") from None
-        except Exception:
-            pass
-        return self._result(future, response_type)
-
-    def _retry_pause(self, deadline: float, what: str) -> None:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError(f"{what} did not succeed before the timeout")
-        pause = min(remaining, self._retry_backoff_ms / 1000.0)
-        (self._sleep if self._real_time else time.sleep)(pause)
