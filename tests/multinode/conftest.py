@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
 from raygroups import Errors, partition_for
+from tests.conditions import wait_for  # noqa: F401  (re-exported for the test modules)
 
 
 @pytest.fixture(scope="module")
@@ -24,17 +24,6 @@ def cluster(tmp_path_factory):
     c.create_topic("orders", 1)
     yield c
     c.shutdown()
-
-
-def wait_for(condition, timeout_s=60.0, interval_s=0.1, what="condition"):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(interval_s)
 
 
 class Workload:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import pytest
+
+from tests.conditions import wait_for  # noqa: F401  (re-exported for the test modules)
 
 CONFIG = {
     "group.initial.rebalance.delay.ms": 0,
@@ -39,15 +40,3 @@ def cluster(ray_session, tmp_path):
                     namespace=f"test-{uuid.uuid4().hex[:8]}")
     yield c
     c.shutdown()
-
-
-def wait_for(condition, timeout_s=30.0, interval_s=0.05, what="condition"):
-    """Poll ``condition`` until it returns a truthy value or the deadline passes (never a fixed sleep)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(interval_s)
