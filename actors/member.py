@@ -43,6 +43,7 @@ from actors.member_events import (
     Wait,
 )
 from actors.member_offsets import MemberOffsetsMixin
+from coordinator.assignors import Assignor
 from coordinator.consumer_protocol import (
     PROTOCOL_TYPE,
     Assignment,
@@ -385,7 +386,12 @@ class GroupMember(MemberOffsetsMixin):
             return None
         subscribed = {t for s in subscriptions.values() for t in s.topics}
         metadata = {t: n for t, n in partitions_per_topic.items() if t in subscribed}
-        result = dict(assignor.assign(metadata, subscriptions))
+        if isinstance(assignor, Assignor):
+            # Static members keep their place (range/roundrobin order by group.instance.id, KIP-345).
+            instance_ids = {m.member_id: m.group_instance_id for m in response.members}
+            result = dict(assignor.assign(metadata, subscriptions, instance_ids))
+        else:  # a user's own assignor object: the two-argument form
+            result = dict(assignor.assign(metadata, subscriptions))
         if self.protocol == COOPERATIVE:
             # KIP-429's rule: a partition still owned by one member is never handed to another in the
             # same round (it is revoked first, and assigned in the next round).
