@@ -235,8 +235,11 @@ class CoordinatorShard:
         except Deposed as e:
             self._step_down(str(e))
             return Errors.NOT_COORDINATOR
-        except (LogError, OSError) as e:
-            log.error("append failed on shard %d: %s", self.partition, e)
+        except Exception as e:  # noqa: BLE001 - the local log may now hold a batch we never acked
+            # Whatever went wrong, this instance can no longer vouch for its log: it stops serving and the
+            # controller, whose pings now see FAILED, moves the partition to a replica that can.
+            log.exception("append failed on shard %d", self.partition)
+            self._step_down(f"append failed: {type(e).__name__}: {e}")
             return Errors.NOT_COORDINATOR
         return map_append_error(error) if error is not Errors.NONE else error
 
@@ -339,10 +342,12 @@ class CoordinatorShard:
             **self._stats,
         }
 
-    async def ping(self) -> None:
-        """A no-op (the Ray call floor that benchmarks compare against); also starts the load of a shard
-        nobody has called yet, so that the controller's liveness pings bring a new leader up."""
+    async def ping(self) -> str:
+        """Next to no work (the Ray call floor that benchmarks compare against): the partition state. It
+        also starts the load of a shard nobody has called yet, so the controller's pings bring a new
+        leader up, and they see a shard that stepped down (FAILED)."""
         self._ensure_started()
+        return self._ctx.state.value
 
     async def close(self) -> None:
         """Unload the partition (parked requests get NOT_COORDINATOR) and release its log."""

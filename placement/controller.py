@@ -325,13 +325,15 @@ class Controller:
         return moved
 
     async def _check_shards(self) -> None:
-        """Ping every leader shard; one silent for SHARD_SILENCE_S while its node lives is failed over."""
+        """Ping every leader shard; one silent (or FAILED) for SHARD_SILENCE_S while its node lives is
+        failed over."""
         now = time.monotonic()
 
         async def ping(p: int) -> None:
             try:
-                await asyncio.wait_for(self._actors.shard(p).ping.remote(), PING_TIMEOUT_S)
-                self._last_answer[p] = time.monotonic()
+                state = await asyncio.wait_for(self._actors.shard(p).ping.remote(), PING_TIMEOUT_S)
+                if state != "FAILED":  # a leader that stepped down counts as silent
+                    self._last_answer[p] = time.monotonic()
             except (TimeoutError, ray.exceptions.RayError, ValueError):
                 pass
 
