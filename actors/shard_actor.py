@@ -34,7 +34,8 @@ from coordinator.config import CoordinatorConfig
 from coordinator.errors import AppendError, Errors, map_append_error
 from coordinator.messages import OffsetCommitRequest, OffsetCommitResponse
 from coordinator.runtime import CoordinatorRuntime, PartitionState
-from offsets_log import Batch, LogError, LogLockedError, StaleEpochError, open_log, replay
+from offsets_log import Batch, LogLockedError, open_log, replay
+from offsets_log.leader import append_as_leader
 
 log = logging.getLogger(__name__)
 LOCK_WAIT_S = 30.0
@@ -161,17 +162,7 @@ class CoordinatorShard:
         self._wakeup.set()
 
     def _append_sync(self, records: list) -> None:
-        ctx = self._ctx
-        plog = ctx.log
-        if plog is None:
-            raise AppendError(Errors.NOT_LEADER_OR_FOLLOWER, "the partition log is closed")
-        batch = Batch(plog.log_end_offset, ctx.epoch, int(time.time() * 1000), tuple(records))
-        try:
-            plog.append(batch, ctx.epoch)
-        except StaleEpochError as e:
-            raise AppendError(Errors.NOT_LEADER_OR_FOLLOWER, str(e)) from e
-        except (LogError, OSError) as e:
-            raise AppendError(Errors.KAFKA_STORAGE_ERROR, str(e)) from e
+        append_as_leader(self._ctx.log, records, self._ctx.epoch, int(time.time() * 1000))
 
     async def _flush_loop(self) -> None:
         loop = asyncio.get_running_loop()

@@ -241,14 +241,18 @@ def start_local(num_partitions: int = 8, data_dir: str | os.PathLike | None = No
     try:
         shards = [create_shard(p, namespace, num_partitions, cfg.to_properties(), os.path.abspath(data_dir))
                   for p in range(num_partitions)]
-        statuses = ray.get([s.ready.remote() for s in shards], timeout=READY_TIMEOUT_S)
-        failed = [s for s in statuses if s["state"] != "ACTIVE"]
-        if failed:
-            raise RuntimeError(f"shards failed to load: {failed}")
+        _wait_ready(shards)
     except BaseException:
         cluster.shutdown()
         raise
     return cluster
+
+
+def _wait_ready(shards: list) -> None:
+    statuses = ray.get([s.ready.remote() for s in shards], timeout=READY_TIMEOUT_S)
+    failed = [s for s in statuses if s["state"] != "ACTIVE"]
+    if failed:
+        raise RuntimeError(f"shards failed to load: {failed}")
 
 
 def connect(address: str = "auto", namespace: str | None = None) -> Cluster:
@@ -315,10 +319,7 @@ def _start_simulated(num_partitions: int, data_dir, props: dict, namespace: str 
             max_concurrency=1_000, num_cpus=0, resources={"head": 0.001},
         ).remote(namespace, num_partitions, rf, False, factory)
         ray.get(controller.start.remote(), timeout=READY_TIMEOUT_S)
-        statuses = ray.get([factory.shard(p).ready.remote() for p in range(num_partitions)], timeout=READY_TIMEOUT_S)
-        failed = [s for s in statuses if s["state"] != "ACTIVE"]
-        if failed:
-            raise RuntimeError(f"shards failed to load: {failed}")
+        _wait_ready([factory.shard(p) for p in range(num_partitions)])
     except BaseException:
         cluster.shutdown()
         raise

@@ -31,8 +31,7 @@ from coordinator.messages import check_int, check_type
 from coordinator.records import Record
 from coordinator.runtime import CoordinatorRuntime, PartitionContext, PartitionState
 from coordinator.state import DurableState
-from offsets_log.batch import Batch
-from offsets_log.errors import LogError, StaleEpochError
+from offsets_log.leader import append_as_leader
 from offsets_log.loader import LoadSummary, replay
 from offsets_log.memory import InMemoryLog
 from raygroups.client_api import GroupApi
@@ -154,14 +153,7 @@ class InProcessCoordinator(GroupApi):
         if ctx.fail_next_append is not None:
             error, ctx.fail_next_append = ctx.fail_next_append, None
             raise AppendError(error, "injected by fail_next_append_for_testing")
-        log = ctx.log
-        batch = Batch(log.log_end_offset, ctx.epoch, self.clock.now_ms(), tuple(records))
-        try:
-            log.append(batch, ctx.epoch)
-        except StaleEpochError as e:
-            raise AppendError(Errors.NOT_LEADER_OR_FOLLOWER, str(e)) from e
-        except (LogError, OSError) as e:
-            raise AppendError(Errors.KAFKA_STORAGE_ERROR, str(e)) from e
+        append_as_leader(ctx.log, records, ctx.epoch, self.clock.now_ms())
 
     # ------------------------------------------------------------------------------------------
     # Lifecycle
