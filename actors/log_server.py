@@ -34,6 +34,7 @@ class LogServer:
         self._fsync_interval_ms = fsync_interval_ms
         self._logs: dict = {}
         self._fenced: dict[int, int] = {}
+        self._released: dict[int, int] = {}  # partition -> epoch it was released for
         self._io = ThreadPoolExecutor(1, thread_name_prefix="logserver-io")
         self._locks: dict[int, asyncio.Lock] = {}
         os.makedirs(node_dir, exist_ok=True)
@@ -47,6 +48,9 @@ class LogServer:
     def _log(self, partition: int):
         log = self._logs.get(partition)
         if log is None:
+            if partition in self._released:
+                # This node's shard leads the partition and holds its log: never take it back from it.
+                raise LogError(f"partition {partition} is released to this node's leader shard")
             log = open_log(partition_dir(self.node_dir, partition), segment_bytes=self._segment_bytes,
                            fsync_interval_ms=self._fsync_interval_ms)
             self._logs[partition] = log
@@ -62,21 +66,29 @@ class LogServer:
 
     # ------------------------------------------------------------------------------------------
     async def fence(self, partition: int, leader_epoch: int) -> dict:
-        """Refuse, from now on, appends from any leader epoch older than ``leader_epoch``."""
+        """Refuse, from now on, appends from any leader epoch older than ``leader_epoch``. A fence at an
+        epoch newer than a release makes this node a follower of the partition again."""
         async with self._lock(partition):
             self._fenced[partition] = max(self._fenced.get(partition, -1), leader_epoch)
+            if self._released.get(partition, leader_epoch) < leader_epoch:
+                del self._released[partition]
+            if partition in self._released:
+                return {"node_id": self.node_id, "fenced_epoch": self._fenced[partition], "released": True}
             return await self._run(self._state_sync, partition)
 
     async def release(self, partition: int, leader_epoch: int) -> None:
         """Fence, then close the replica so that this node's new shard actor can open and lead it."""
         async with self._lock(partition):
             self._fenced[partition] = max(self._fenced.get(partition, -1), leader_epoch)
+            self._released[partition] = leader_epoch
             log = self._logs.pop(partition, None)
             if log is not None:
                 await self._run(log.close)
 
     async def state(self, partition: int) -> dict:
         async with self._lock(partition):
+            if partition in self._released:
+                return {"node_id": self.node_id, "released": True, "fenced_epoch": self._fenced[partition]}
             return await self._run(self._state_sync, partition)
 
     async def append(self, partition: int, batches: list[Batch], leader_epoch: int) -> dict:

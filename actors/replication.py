@@ -87,8 +87,20 @@ class LeaderReplication:
                 for node in followers:
                     if node not in failed:
                         await self._call(node, "truncate_to", self.partition, batch.base_offset, self.epoch)
+                # A follower that timed out may still apply this batch later. Never reuse (epoch, offset):
+                # continue under a fresh epoch (the controller fences the followers at it), so that
+                # leader-epoch truncation removes that batch wherever it lands.
+                await self.renew_epoch()
                 return Errors.NOT_ENOUGH_REPLICAS
             return Errors.NONE
+
+    async def renew_epoch(self) -> None:
+        meta = await self._controller.leader_started.remote(self.partition, self.node_id)
+        if meta is None:
+            raise Deposed(f"the controller no longer names {self.node_id} leader of partition {self.partition}")
+        isr = self.isr
+        self._apply(meta)
+        self.isr &= isr  # the controller may not have seen our latest shrinks yet; never grow here
 
     async def _push(self, node: str, batches: list[Batch]) -> dict:
         return await self._call(node, "append", self.partition, batches, self.epoch)
@@ -108,6 +120,45 @@ class LeaderReplication:
         log.info("partition %d: %s left the ISR", self.partition, node)
 
     # ------------------------------------------------------------------------------------------
+    async def reconcile_isr(self, leader_log, run_io) -> None:
+        """Before a new leader serves: bring every in-sync follower to exactly our log (truncating any
+        suffix a previous leader left there, pushing what it lacks); one that cannot be reached leaves
+        the ISR. Then our whole log, including what an earlier leader never got acknowledged, is held
+        by the ISR before any reader sees it."""
+        for node in sorted(self.isr):
+            ok = False
+            try:
+                ok = await self._level(node, leader_log, run_io)
+            except Deposed:
+                raise
+            except Exception as e:  # noqa: BLE001 - an unreachable follower leaves the ISR
+                log.info("partition %d: reconciling %s failed: %s", self.partition, node, e)
+            if not ok:
+                await self._shrink(node)
+
+    async def _level(self, node: str, leader_log, run_io) -> bool:
+        state = await self._call(node, "state", self.partition)
+        if "log_end_offset" not in state:
+            return False
+        if state.get("fenced_epoch", -1) > self.epoch:
+            raise Deposed(f"{node} is fenced at epoch {state['fenced_epoch']} > {self.epoch}")
+        target = await self._truncation_point(node, state, leader_log, run_io)
+        if target is None:
+            return False
+        if target < state["log_end_offset"]:
+            r = await self._call(node, "truncate_to", self.partition, target, self.epoch)
+            if not r.get("ok"):
+                return False
+        position = target
+        while True:
+            batches = await run_io(leader_log.read, position, CATCH_UP_CHUNK_BYTES)
+            if not batches:
+                return True
+            r = await self._push(node, batches)
+            if not r.get("ok"):
+                return False
+            position = batches[-1].next_offset
+
     async def maintain(self, leader_log, run_io) -> None:
         """One round: re-read our metadata (step down if deposed) and catch up out-of-sync followers."""
         meta = await self._controller.partition_state.remote(self.partition)
@@ -125,6 +176,31 @@ class LeaderReplication:
                 except Exception as e:  # noqa: BLE001 - a follower we cannot reach stays out of the ISR
                     log.info("partition %d: catch-up of %s failed: %s", self.partition, node, e)
 
+    async def _truncation_point(self, node: str, state: dict, leader_log, run_io) -> int | None:
+        """Where the follower's log stops matching ours (KIP-279's two steps): ask our end offset for the
+        follower's latest epoch; if we answer with an older epoch, the follower's own end for that epoch
+        bounds it too. None if the follower cannot be asked."""
+        follower_end = state["log_end_offset"]
+        follower_epoch = state["latest_epoch"]
+        leader_end = await run_io(lambda: leader_log.log_end_offset)
+        if follower_epoch < 0:
+            return 0
+        epoch, end = await run_io(leader_log.end_offset_for_epoch, follower_epoch)
+        if epoch < 0:
+            # The follower has an epoch above every epoch in our log (batches we never kept): everything
+            # of ours is older, so our latest epoch ends at our log end.
+            epoch, end = await run_io(lambda: leader_log.latest_epoch), leader_end
+            if epoch < 0:
+                return 0
+        target = min(follower_end, end, leader_end)
+        if epoch < follower_epoch:
+            answer = await self._call(node, "end_offset_for_epoch", self.partition, epoch)
+            if isinstance(answer, dict):
+                return None
+            follower_epoch_end = answer[1]
+            target = min(target, follower_epoch_end if follower_epoch_end >= 0 else 0)
+        return target
+
     async def _catch_up(self, node: str, leader_log, run_io) -> None:
         state = await self._call(node, "state", self.partition)
         if "log_end_offset" not in state:
@@ -132,13 +208,9 @@ class LeaderReplication:
         if state.get("fenced_epoch", -1) > self.epoch:
             raise Deposed(f"{node} is fenced at epoch {state['fenced_epoch']} > {self.epoch}")
         follower_end = state["log_end_offset"]
-        # Leader-epoch truncation: keep only what matches our log for the follower's latest epoch.
-        if state["latest_epoch"] >= 0:
-            _, end_for_epoch = await run_io(leader_log.end_offset_for_epoch, state["latest_epoch"])
-            target = min(follower_end, end_for_epoch)
-        else:
-            target = 0
-        target = min(target, await run_io(lambda: leader_log.log_end_offset))
+        target = await self._truncation_point(node, state, leader_log, run_io)
+        if target is None:
+            return
         if target < follower_end:
             r = await self._call(node, "truncate_to", self.partition, target, self.epoch)
             if not r.get("ok"):
@@ -148,11 +220,14 @@ class LeaderReplication:
             async with self.lock:
                 batches = await run_io(leader_log.read, position, CATCH_UP_CHUNK_BYTES)
                 if not batches:
-                    # Level with the leader's log end while no append can run: back in sync.
+                    # Level with the leader's log end while no append can run: back in sync. Count it
+                    # in before telling the controller, so that whatever the controller records, every
+                    # replica it may elect has every batch we acknowledge from now on.
+                    self.isr.add(node)
                     ok = await self._controller.expand_isr.remote(self.partition, self.epoch, node)
                     if not ok:
+                        self.isr.discard(node)
                         raise Deposed(f"the controller refused an ISR change at epoch {self.epoch}")
-                    self.isr.add(node)
                     log.info("partition %d: %s rejoined the ISR at offset %d", self.partition, node, position)
                     return
             r = await self._push(node, batches)

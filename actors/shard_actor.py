@@ -143,6 +143,8 @@ class CoordinatorShard:
                 raise RuntimeError(f"local replica has epoch {plog.latest_epoch} above the granted {ctx.epoch}")
             ctx.log = plog
             self._load_summary = await loop.run_in_executor(self._io, replay, plog, ctx.shard.state)
+            if self._replication is not None:
+                await self._replication.reconcile_isr(plog, self._run_io)
             if self._namespace is not None:
                 # Topic metadata lives in the GCS; a restarted instance must not forget it.
                 self._topics = await loop.run_in_executor(self._io, read_topics, self._namespace)
@@ -223,6 +225,7 @@ class CoordinatorShard:
 
         try:
             error = await self._replication.replicate(append_local, truncate_local, batch_for)
+            ctx.epoch = self._replication.epoch  # renewed after a batch that had to be truncated
         except Deposed as e:
             self._step_down(str(e))
             return Errors.NOT_COORDINATOR
@@ -237,6 +240,9 @@ class CoordinatorShard:
     def _step_down(self, reason: str) -> None:
         if self._ctx.state is not PartitionState.FAILED:
             log.warning("shard %d steps down: %s", self.partition, reason)
+            # Unload (groups Dead, parked requests answered NOT_COORDINATOR), then stay FAILED so the
+            # controller's pings see it; the log stays open until the controller kills this actor.
+            self._runtime.unload(self.partition, None)
             self._ctx.state = PartitionState.FAILED
 
     async def _maintenance_loop(self) -> None:

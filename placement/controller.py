@@ -338,10 +338,16 @@ class Controller:
                 pass
 
         leaders = [p for p, a in self.partitions.items() if a.leader is not None]
+        for p in leaders:
+            # A failover interrupted by a controller restart may have left no shard: start it.
+            await self._ensure_shard(p)
         await asyncio.gather(*(ping(p) for p in leaders))
         alive = self.alive_coordinator_nodes()
         for p in leaders:
-            a = self.partitions[p]
-            if a.leader in alive and now - self._last_answer.get(p, now) > SHARD_SILENCE_S:
+            # After a controller restart nothing has answered yet: silence counts from now.
+            last = self._last_answer.setdefault(p, now)
+            if self.partitions[p].leader in alive and now - last > SHARD_SILENCE_S:
                 async with self._lock:
-                    await self._failover(p, "leader shard silent", exclude_leader=len(a.isr) > 1)
+                    a = self.partitions[p]  # re-read under the lock: reconcile may have moved it
+                    if a.leader in alive and now - self._last_answer.get(p, now) > SHARD_SILENCE_S:
+                        await self._failover(p, "leader shard silent", exclude_leader=len(a.isr) > 1)

@@ -1,0 +1,183 @@
+"""Leader-epoch truncation when a follower catches up (KIP-279's two steps), with real file logs and the
+real ``LogServer`` and ``LeaderReplication`` classes driven in-process (no Ray): after catch-up a
+follower's log is exactly the leader's, whatever divergent suffix an earlier leader left on it."""
+
+from __future__ import annotations
+
+import asyncio
+
+from actors.log_server import LogServer
+from actors.replication import LeaderReplication
+from coordinator.errors import Errors
+from coordinator.records import new_offset_commit_record
+from offsets_log import Batch, open_log
+
+
+class Handle:
+    """Stands in for a Ray actor handle: ``handle.method.remote(*args)`` returns the coroutine."""
+
+    def __init__(self, obj) -> None:
+        self._obj = obj
+
+    def __getattr__(self, name):
+        method = getattr(self._obj, name)
+
+        class _Method:
+            @staticmethod
+            def remote(*args):
+                return method(*args)
+
+        return _Method()
+
+
+class Controller:
+    def __init__(self, epoch: int, replicas: list[str]) -> None:
+        self.epoch = epoch
+        self.replicas = replicas
+        self.isr = list(replicas)
+
+    async def leader_started(self, partition, node_id):
+        self.epoch += 1
+        return {"leader_epoch": self.epoch, "replicas": self.replicas, "isr": self.isr}
+
+    async def shrink_isr(self, partition, epoch, node):
+        self.isr = [n for n in self.isr if n != node]
+        return epoch == self.epoch
+
+    async def expand_isr(self, partition, epoch, node):
+        self.isr.append(node)
+        return epoch == self.epoch
+
+    async def partition_state(self, partition):
+        return {"leader": "L", "leader_epoch": self.epoch, "replicas": self.replicas, "isr": self.isr}
+
+
+async def run_io(fn, *args):
+    return fn(*args)
+
+
+def rec(offset: int):
+    return new_offset_commit_record("g", "t", 0, offset, -1, "", 0)
+
+
+def records(log) -> list:
+    return [r for b in log.batches(0) for r in b.records]
+
+
+def setup(tmp_path, controller_epoch=0):
+    leader_log = open_log(tmp_path / "leader")
+    follower = LogServer("F", str(tmp_path / "follower"), 1 << 20, None)
+    controller = Controller(controller_epoch, ["L", "F"])
+    replication = LeaderReplication(0, "L", Handle(controller), lambda node: Handle(follower), 2, 1_000)
+    return leader_log, follower, replication
+
+
+def append_local(log, epoch, *offsets):
+    batch = Batch(log.log_end_offset, epoch, 0, tuple(rec(o) for o in offsets))
+    log.append(batch, epoch)
+    return batch
+
+
+def test_a_batch_the_leader_truncated_is_removed_from_the_follower(tmp_path):
+    """Review finding 1: the leader truncates a batch a slow follower applies anyway; the leader then
+    continues under a fresh epoch, and catch-up removes the stale batch from the follower."""
+    async def scenario():
+        leader_log, follower, rep = setup(tmp_path)
+        await rep.start()
+        base = append_local(leader_log, rep.epoch, 1)
+        assert (await follower.append(0, [base], rep.epoch))["ok"]
+        alpha = append_local(leader_log, rep.epoch, 2)
+        assert (await follower.append(0, [alpha], rep.epoch))["ok"]  # the slow follower applies it late
+        leader_log.truncate_to(alpha.base_offset)  # ...after the leader gave up on it
+        rep.isr.discard("F")
+        await rep.renew_epoch()
+        append_local(leader_log, rep.epoch, 3)  # beta, at the same offset alpha had
+        await rep._catch_up("F", leader_log, run_io)
+        assert records(follower._log(0)) == records(leader_log) == [rec(1), rec(3)]
+        assert "F" in rep.isr
+
+    asyncio.run(scenario())
+
+
+def test_a_follower_epoch_the_leader_never_kept_is_truncated(tmp_path):
+    """Review finding 2: the follower's latest epoch is above every epoch in the leader's log."""
+    async def scenario():
+        leader_log, follower, rep = setup(tmp_path, controller_epoch=4)
+        base = append_local(leader_log, 3, 1)
+        assert (await follower.append(0, [base], 3))["ok"]
+        stray = Batch(1, 4, 0, (rec(9),))
+        assert (await follower.append(0, [stray], 4))["ok"]  # a batch of epoch 4 the leader never kept
+        await rep.start()  # epoch 5
+        rep.isr.discard("F")
+        append_local(leader_log, rep.epoch, 2)
+        await rep._catch_up("F", leader_log, run_io)
+        assert records(follower._log(0)) == records(leader_log) == [rec(1), rec(2)]
+
+    asyncio.run(scenario())
+
+
+def test_second_step_uses_the_followers_own_end_for_the_answered_epoch(tmp_path):
+    """Review finding 3: the leader answers with an older epoch that runs past the follower's; the
+    follower's own end offset for that epoch bounds the truncation."""
+    async def scenario():
+        leader_log, follower, rep = setup(tmp_path, controller_epoch=7)
+        g = append_local(leader_log, 0, 1)
+        b = append_local(leader_log, 6, 2)
+        append_local(leader_log, 6, 3)  # gamma: the leader's epoch 6 continues
+        assert (await follower.append(0, [g, b], 6))["ok"]
+        delta = Batch(2, 7, 0, (rec(8),))  # the follower's epoch 7 diverges at offset 2
+        assert (await follower.append(0, [delta], 7))["ok"]
+        await rep.start()  # epoch 8
+        rep.isr.discard("F")
+        await rep._catch_up("F", leader_log, run_io)
+        assert records(follower._log(0)) == records(leader_log) == [rec(1), rec(2), rec(3)]
+
+    asyncio.run(scenario())
+
+
+def test_a_new_leader_levels_its_in_sync_followers_before_serving(tmp_path):
+    """An in-sync follower holding a suffix the old leader never got acknowledged (it crashed before
+    the rest of the ISR had it) is truncated to the new leader's log before the new leader serves.
+    (Two different batches at the same epoch and offset cannot exist: a leader renews its epoch
+    after truncating one.)"""
+    async def scenario():
+        leader_log, follower, rep = setup(tmp_path, controller_epoch=1)
+        g = append_local(leader_log, 1, 1)
+        unacked = Batch(1, 1, 0, (rec(7),))
+        assert (await follower.append(0, [g, unacked], 1))["ok"]
+        await rep.start()  # epoch 2, F in the ISR
+        await rep.reconcile_isr(leader_log, run_io)
+        assert "F" in rep.isr
+        assert records(follower._log(0)) == records(leader_log) == [rec(1)]
+
+    asyncio.run(scenario())
+
+
+def test_too_few_in_sync_replicas_refuses_the_write_and_renews_the_epoch(tmp_path):
+    async def scenario():
+        leader_log, follower, rep = setup(tmp_path)
+        await rep.start()
+        epoch = rep.epoch
+        await follower.fence(0, epoch + 10)  # the follower refuses this leader's epoch: it is deposed
+        try:
+            await rep.replicate(lambda b: run_io(leader_log.append, b, b.leader_epoch),
+                                lambda o: run_io(leader_log.truncate_to, o),
+                                lambda e: Batch(leader_log.log_end_offset, e, 0, (rec(1),)))
+        except Exception as e:  # Deposed
+            assert "fenced" in str(e)
+        assert leader_log.log_end_offset == 0
+
+        leader_log2, follower2, rep2 = setup(tmp_path / "second")
+        await rep2.start()
+        first = rep2.epoch
+        def gone(*args):
+            raise ValueError("the follower's actor is gone")  # what a dead actor's name lookup raises
+
+        follower2.append = gone  # an unreachable follower: every push fails
+        error = await rep2.replicate(lambda b: run_io(leader_log2.append, b, b.leader_epoch),
+                                     lambda o: run_io(leader_log2.truncate_to, o),
+                                     lambda e: Batch(leader_log2.log_end_offset, e, 0, (rec(1),)))
+        assert error is Errors.NOT_ENOUGH_REPLICAS
+        assert leader_log2.log_end_offset == 0 and rep2.epoch > first and "F" not in rep2.isr
+
+    asyncio.run(scenario())
