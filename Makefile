@@ -28,6 +28,8 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/log_bench.py
+	$(PY) bench/throughput.py
+	$(PY) bench/failover.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info
