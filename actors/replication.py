@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 
 import ray
@@ -29,6 +30,10 @@ from offsets_log import Batch
 log = logging.getLogger(__name__)
 CATCH_UP_CHUNK_BYTES = 1 << 20
 MAINTENANCE_INTERVAL_S = 0.5
+# A leader answers only while the controller confirmed its leadership less than this long ago. It must
+# stay below the controller's silence threshold (3 s) before failing a leader over, so that a paused
+# leader that resumes after a failover refuses requests instead of serving stale reads.
+LEADERSHIP_LEASE_S = 2.0
 
 
 class Deposed(Exception):
@@ -48,6 +53,7 @@ class LeaderReplication:
         self.replicas: list[str] = []
         self.isr: set[str] = set()  # followers in sync (the leader is implicit)
         self.lock = asyncio.Lock()  # orders appends and ISR expansion
+        self.confirmed_at = 0.0  # monotonic time the controller last confirmed this leadership
 
     async def start(self) -> int:
         meta = await self._controller.leader_started.remote(self.partition, self.node_id)
@@ -57,9 +63,13 @@ class LeaderReplication:
         return self.epoch
 
     def _apply(self, meta: dict) -> None:
+        self.confirmed_at = time.monotonic()
         self.epoch = meta["leader_epoch"]
         self.replicas = list(meta["replicas"])
         self.isr = {n for n in meta["isr"] if n != self.node_id}
+
+    def lease_valid(self) -> bool:
+        return time.monotonic() - self.confirmed_at < LEADERSHIP_LEASE_S
 
     @property
     def followers(self) -> list[str]:
@@ -164,6 +174,7 @@ class LeaderReplication:
         meta = await self._controller.partition_state.remote(self.partition)
         if meta is None or meta["leader"] != self.node_id or meta["leader_epoch"] != self.epoch:
             raise Deposed(f"partition {self.partition} moved on: {meta}")
+        self.confirmed_at = time.monotonic()
         self.replicas = list(meta["replicas"])
         # Replicas the controller dropped (dead nodes, re-replication) are no longer ours to wait for.
         self.isr &= set(meta["isr"]) & set(self.replicas)

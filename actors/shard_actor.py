@@ -29,7 +29,7 @@ from typing import Any
 from actors.metadata import read_topics
 from actors.replication import MAINTENANCE_INTERVAL_S, Deposed, LeaderReplication
 from actors.timers import AsyncioTimers, WallClock
-from coordinator.api import dispatch
+from coordinator.api import dispatch, error_response
 from coordinator.config import CoordinatorConfig
 from coordinator.errors import AppendError, Errors, map_append_error
 from coordinator.messages import OffsetCommitRequest, OffsetCommitResponse
@@ -276,7 +276,12 @@ class CoordinatorShard:
     async def handle(self, request: Any) -> Any:
         """Answer one request of the group API (a validated request object of ``coordinator``)."""
         self._ensure_started()
-        if type(request) is OffsetCommitRequest and self._ctx.state is PartitionState.ACTIVE:
+        active = self._ctx.state is PartitionState.ACTIVE
+        if active and self._replication is not None and not self._replication.lease_valid():
+            # Leadership not confirmed lately (e.g. this process was paused): answer nothing from our
+            # state until the maintenance loop confirms it, or steps down.
+            return error_response(request, Errors.NOT_COORDINATOR)
+        if type(request) is OffsetCommitRequest and active:
             return await self._commit_known_topics(request)
         return await self._dispatch(request)
 

@@ -181,3 +181,20 @@ def test_too_few_in_sync_replicas_refuses_the_write_and_renews_the_epoch(tmp_pat
         assert leader_log2.log_end_offset == 0 and rep2.epoch > first and "F" not in rep2.isr
 
     asyncio.run(scenario())
+
+
+def test_leadership_lease_expires_without_confirmation(tmp_path):
+    """A leader the controller has not confirmed for LEADERSHIP_LEASE_S (a paused process) stops
+    answering; a maintenance round that confirms it renews the lease."""
+    from actors.replication import LEADERSHIP_LEASE_S
+
+    async def scenario():
+        leader_log, follower, rep = setup(tmp_path)
+        await rep.start()
+        assert rep.lease_valid()
+        rep.confirmed_at -= LEADERSHIP_LEASE_S + 0.1  # as after a pause
+        assert not rep.lease_valid()
+        await rep.maintain(leader_log, run_io)
+        assert rep.lease_valid()
+
+    asyncio.run(scenario())
