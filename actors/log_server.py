@@ -16,6 +16,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 from offsets_log import Batch, LogError, StaleEpochError, open_log
+from offsets_log.batch import records_below
 
 
 def log_server_name(node_id: str) -> str:
@@ -132,15 +133,7 @@ class LogServer:
     async def records(self, partition: int, up_to_offset: int | None = None) -> list:
         """Every record (key, value) of the replica below ``up_to_offset`` (tests compare replicas)."""
         async with self._lock(partition):
-            def collect():
-                out = []
-                for batch in self._log(partition).batches(0):
-                    for i, rec in enumerate(batch.records):
-                        if up_to_offset is None or batch.base_offset + i < up_to_offset:
-                            out.append(rec)
-                return out
-
-            return await self._run(collect)
+            return await self._run(lambda: records_below(self._log(partition), up_to_offset))
 
     async def ping(self) -> str:
         return self.node_id

@@ -35,6 +35,7 @@ from coordinator.errors import AppendError, Errors, map_append_error
 from coordinator.messages import OffsetCommitRequest, OffsetCommitResponse
 from coordinator.runtime import CoordinatorRuntime, PartitionState
 from offsets_log import Batch, LogLockedError, open_log, replay
+from offsets_log.batch import records_below
 from offsets_log.leader import append_as_leader
 
 log = logging.getLogger(__name__)
@@ -260,15 +261,7 @@ class CoordinatorShard:
 
     async def replica_records(self, up_to_offset: int | None = None) -> list:
         """The leader's records below ``up_to_offset`` (tests compare them with the followers')."""
-        def collect():
-            out = []
-            for batch in self._ctx.log.batches(0):
-                for i, rec in enumerate(batch.records):
-                    if up_to_offset is None or batch.base_offset + i < up_to_offset:
-                        out.append(rec)
-            return out
-
-        return await self._run_io(collect)
+        return await self._run_io(records_below, self._ctx.log, up_to_offset)
 
     # ------------------------------------------------------------------------------------------
     # The API

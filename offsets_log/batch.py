@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from coordinator.records import Record
+from offsets_log.errors import NonMonotonicAppendError, StaleEpochError
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,3 +61,29 @@ class Batch:
         if self.offset_deltas is None:
             return iter(range(self.base_offset, self.base_offset + len(self.records)))
         return (self.base_offset + d for d in self.offset_deltas)
+
+
+def check_append(batch: Batch, expected_leader_epoch: int, latest_epoch: int, log_end_offset: int) -> None:
+    """The contract every partition log enforces before an append: the writer's epoch is not stale and is
+    the batch's, the batch starts at the log end, and it is not empty."""
+    if expected_leader_epoch < latest_epoch or batch.leader_epoch != expected_leader_epoch:
+        raise StaleEpochError(
+            f"append with leader epoch {expected_leader_epoch} refused: this log has seen epoch "
+            f"{latest_epoch} (batch epoch {batch.leader_epoch})"
+        )
+    if batch.base_offset != log_end_offset:
+        raise NonMonotonicAppendError(
+            f"batch base offset {batch.base_offset} is not the log end offset {log_end_offset}"
+        )
+    if not batch.records:
+        raise ValueError("an empty batch cannot be appended")
+
+
+def records_below(log, up_to_offset: int | None = None) -> list[Record]:
+    """The records (key, value) of ``log`` in log order, those at offsets below ``up_to_offset`` only."""
+    return [
+        rec
+        for batch in log.batches(0)
+        for offset, rec in zip(batch.record_offsets(), batch.records, strict=True)
+        if up_to_offset is None or offset < up_to_offset
+    ]

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from offsets_log.batch import Batch
+from offsets_log.batch import Batch, check_append
 from offsets_log.codec import RecordFormatError, batch_from_raw, encode_batch, payload_span, unpack_payload
 from offsets_log.epochs import EpochEndOffset, LeaderEpochCache, checkpoint_path, write_checkpoint
 from offsets_log.errors import (
@@ -44,9 +44,7 @@ from offsets_log.errors import (
     LogFullError,
     LogLockedError,
     LogWriteError,
-    NonMonotonicAppendError,
     OffsetOutOfRangeError,
-    StaleEpochError,
 )
 from offsets_log.fsutil import fsync_dir
 from offsets_log.index import DEFAULT_INDEX_INTERVAL_BYTES, OffsetIndex
@@ -199,17 +197,7 @@ class FileLog:
     def append(self, batch: Batch, expected_leader_epoch: int) -> int:
         self._check_usable()
         latest = self._epochs.latest_epoch
-        if expected_leader_epoch < latest or batch.leader_epoch != expected_leader_epoch:
-            raise StaleEpochError(
-                f"append with leader epoch {expected_leader_epoch} refused: this log has seen epoch "
-                f"{latest} (batch epoch {batch.leader_epoch})"
-            )
-        if batch.base_offset != self.log_end_offset:
-            raise NonMonotonicAppendError(
-                f"batch base offset {batch.base_offset} is not the log end offset {self.log_end_offset}"
-            )
-        if not batch.records:
-            raise ValueError("an empty batch cannot be appended")
+        check_append(batch, expected_leader_epoch, latest, self.log_end_offset)
         data = encode_batch(batch)
         seg = self._segments[-1]
         if seg.size_bytes > 0 and seg.size_bytes + len(data) > self.segment_bytes:

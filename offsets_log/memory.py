@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from offsets_log.batch import Batch
+from offsets_log.batch import Batch, check_append
 from offsets_log.codec import encode_batch
 from offsets_log.epochs import EpochEndOffset, LeaderEpochCache
-from offsets_log.errors import NonMonotonicAppendError, OffsetOutOfRangeError, StaleEpochError
+from offsets_log.errors import OffsetOutOfRangeError
 
 
 class InMemoryLog:
@@ -42,18 +42,7 @@ class InMemoryLog:
         return 0
 
     def append(self, batch: Batch, expected_leader_epoch: int) -> int:
-        latest = self._epochs.latest_epoch
-        if expected_leader_epoch < latest or batch.leader_epoch != expected_leader_epoch:
-            raise StaleEpochError(
-                f"append with leader epoch {expected_leader_epoch} refused: this log has seen epoch "
-                f"{latest} (batch epoch {batch.leader_epoch})"
-            )
-        if batch.base_offset != self._log_end_offset:
-            raise NonMonotonicAppendError(
-                f"batch base offset {batch.base_offset} is not the log end offset {self._log_end_offset}"
-            )
-        if not batch.records:
-            raise ValueError("an empty batch cannot be appended")
+        check_append(batch, expected_leader_epoch, self._epochs.latest_epoch, self._log_end_offset)
         size = len(encode_batch(batch))  # also refuses records the file log could not store
         self._batches.append(batch)
         self._sizes.append(size)

@@ -31,6 +31,7 @@ from coordinator.messages import check_int, check_type
 from coordinator.records import Record
 from coordinator.runtime import CoordinatorRuntime, PartitionContext, PartitionState
 from coordinator.state import DurableState
+from offsets_log.batch import records_below
 from offsets_log.leader import append_as_leader
 from offsets_log.loader import LoadSummary, replay
 from offsets_log.memory import InMemoryLog
@@ -233,7 +234,7 @@ class InProcessCoordinator(GroupApi):
                     return []
                 log, close = open_log(path), True
         try:
-            return [rec for batch in log.batches(0) for rec in batch.records]
+            return records_below(log)
         finally:
             if close:
                 log.close()
