@@ -4,6 +4,7 @@ classes stay plain classes that unit tests construct directly."""
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,17 +14,14 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from actors.log_server import LogServer, log_server_name
 from actors.shard_actor import CoordinatorShard, shard_name
 
-# Coordinator nodes carry this custom resource on a real cluster (cluster.yaml); a local single-node
-# Ray has no such resource, so it is only requested when the deployment says so.
-COORDINATOR_RESOURCE = "coordinator"
 
-
-def shard_actor_options(partition: int, namespace: str, on_coordinator_nodes: bool = False) -> dict[str, Any]:
+def shard_actor_options(partition: int, namespace: str, node_id: str | None = None) -> dict[str, Any]:
     options: dict[str, Any] = {
         "name": shard_name(partition),
         "namespace": namespace,
         "lifetime": "detached",
-        # A crashed shard process is restarted (re-running __init__, which replays the log).
+        # A crashed shard process is restarted (re-running __init__, which replays the log) -- on the same
+        # node only: it is pinned there, because only that node holds its log.
         "max_restarts": -1,
         # No Ray-level retries: Ray gives no ordering for retried calls; the client retries instead,
         # with requests that carry member id and generation.
@@ -31,18 +29,42 @@ def shard_actor_options(partition: int, namespace: str, on_coordinator_nodes: bo
         "max_concurrency": 10_000,
         "num_cpus": 0,
     }
-    if on_coordinator_nodes:
-        options["resources"] = {COORDINATOR_RESOURCE: 0.001}
+    if node_id is not None:
+        options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id, soft=False)
     return options
 
 
 def create_shard(partition: int, namespace: str, num_partitions: int, config: dict[str, int], data_dir: str,
-                 leader_epoch: int = 0, topics: dict[str, int] | None = None,
-                 on_coordinator_nodes: bool = False):
+                 node_id: str, topics: dict[str, int] | None = None):
+    """A shard of the single-node embedded default, pinned to the one node whose disk holds its log."""
     cls = ray.remote(CoordinatorShard)
-    return cls.options(**shard_actor_options(partition, namespace, on_coordinator_nodes)).remote(
-        partition, num_partitions, config, data_dir, leader_epoch, topics, namespace,
+    return cls.options(**shard_actor_options(partition, namespace, node_id)).remote(
+        partition, num_partitions, config, data_dir, 0, topics, namespace,
     )
+
+
+def placement_options(scheduling: dict[str, Any]) -> dict[str, Any]:
+    """Ray options for ``placement.nodes.scheduling_for``'s answer: a label selector, or hard affinity to
+    a node id (unlabelled nodes)."""
+    if "node_id" in scheduling:
+        return {"scheduling_strategy": NodeAffinitySchedulingStrategy(scheduling["node_id"], soft=False)}
+    return {"label_selector": dict(scheduling["label_selector"])}
+
+
+def actor_id(handle) -> str:
+    return handle._actor_id.hex()
+
+
+def actor_state(actor_id_hex: str) -> str | None:
+    """Ray's state of an actor (``PENDING_CREATION``, ``ALIVE``, ``RESTARTING``, ``DEAD``, ...), read from the
+    GCS (works without the dashboard); None if Ray does not know it."""
+    from ray._private.state import state
+
+    try:
+        info = state.actor_table(actor_id_hex)
+    except Exception:  # noqa: BLE001 - unknown or unreachable: the caller treats it as unknown
+        return None
+    return (info or {}).get("State")
 
 
 def create_worker(cls: type, namespace: str, *args: Any, resources: dict[str, float] | None = None):
@@ -59,8 +81,10 @@ def create_worker(cls: type, namespace: str, *args: Any, resources: dict[str, fl
 @dataclass(frozen=True)
 class ActorFactory:
     """Creates and finds the actors of a replicated deployment; handed to the controller (which must not
-    import actor classes). Every actor is pinned to its node: a crashed process restarts there, and a
-    dead node's actors are replaced by the controller on another node, never by Ray."""
+    import actor classes). Every LogServer and shard actor is placed on its node by the node's stable
+    name (``placement.nodes.scheduling_for``): a crashed process restarts there, a node that comes back
+    under its name gets its actors back, and a dead node's partitions are moved by the controller to a
+    node that holds their logs -- never by Ray to a node that does not."""
 
     namespace: str
     num_partitions: int
@@ -68,30 +92,63 @@ class ActorFactory:
     data_root: str
     controller_name: str
 
-    def node_dir(self, node_id: str) -> str:
+    def node_dir(self, node: str) -> str:
         # Each coordinator node has its own disk; on a simulated cluster, its own directory.
-        return os.path.join(self.data_root, f"node-{node_id[:16]}")
+        return os.path.join(self.data_root, node)
 
-    def _pinned(self, node_id: str) -> dict[str, Any]:
-        return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False)}
-
-    def create_log_server(self, node_id: str):
-        options = {"name": log_server_name(node_id), "namespace": self.namespace, "lifetime": "detached",
+    def create_log_server(self, node: str, scheduling: dict[str, Any]):
+        options = {"name": log_server_name(node), "namespace": self.namespace, "lifetime": "detached",
                    "max_restarts": -1, "max_task_retries": 0, "max_concurrency": 1_000, "num_cpus": 0,
-                   **self._pinned(node_id)}
+                   **placement_options(scheduling)}
         segment_bytes = self.config.get("offsets.topic.segment.bytes", 100 * 1024 * 1024)
         fsync = self.config.get("log.flush.interval.ms", 0) or None
-        return ray.remote(LogServer).options(**options).remote(node_id, self.node_dir(node_id), segment_bytes, fsync)
+        return ray.remote(LogServer).options(**options).remote(node, self.node_dir(node), segment_bytes, fsync,
+                                                               self.num_partitions)
 
-    def log_server(self, node_id: str):
-        return ray.get_actor(log_server_name(node_id), namespace=self.namespace)
+    def log_server(self, node: str):
+        return ray.get_actor(log_server_name(node), namespace=self.namespace)
 
-    def create_shard(self, partition: int, node_id: str):
-        options = {**shard_actor_options(partition, self.namespace), **self._pinned(node_id)}
+    def ensure_log_server(self, node: str, scheduling: dict[str, Any]):
+        """The node's LogServer, created if it does not exist (two callers racing: one wins, both get it)."""
+        for _ in range(100):
+            try:
+                return self.log_server(node)
+            except ValueError:
+                pass
+            try:
+                return self.create_log_server(node, scheduling)
+            except ValueError:  # created by someone else in between, or its old name not yet released
+                time.sleep(0.05)
+        return self.log_server(node)
+
+    def create_shard(self, partition: int, node: str, scheduling: dict[str, Any]):
+        options = {**shard_actor_options(partition, self.namespace), **placement_options(scheduling)}
         return ray.remote(CoordinatorShard).options(**options).remote(
-            partition, self.num_partitions, self.config, self.node_dir(node_id), 0, None, self.namespace,
-            self.controller_name, node_id,
+            partition, self.num_partitions, self.config, self.node_dir(node), 0, None, self.namespace,
+            self.controller_name, node,
         )
 
     def shard(self, partition: int):
         return ray.get_actor(shard_name(partition), namespace=self.namespace)
+
+    def kill_shard(self, partition: int) -> None:
+        try:
+            ray.kill(self.shard(partition), no_restart=True)
+        except ValueError:
+            pass
+
+    def replace_shard(self, partition: int, node: str, scheduling: dict[str, Any], timeout_s: float = 10.0):
+        """Kill whatever actor holds the shard's name, then create the shard on ``node``."""
+        self.kill_shard(partition)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                return self.create_shard(partition, node, scheduling)
+            except ValueError:
+                # The killed predecessor's name is released asynchronously.
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    actor_id = staticmethod(actor_id)
+    actor_state = staticmethod(actor_state)

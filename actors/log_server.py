@@ -1,44 +1,85 @@
 """``LogServer``: one actor per coordinator node, hosting that node's follower replicas of the offsets
-logs (a plain class; ``actors.factory`` makes it a Ray actor pinned to its node).
+logs and the node's record of every partition it replicates (a plain class; ``actors.factory`` makes it
+a Ray actor placed on its node by the node's stable name).
 
 Guarantees: an append is accepted only from a leader epoch at least as new as every epoch this replica
 has been fenced to or has seen, and only at the replica's log end, so a deposed leader can never get a
-batch into a follower; a fenced partition stays fenced across calls (``fence`` raises the floor). A
-replica this node is about to lead is ``release``d: its log is closed so that the new shard actor on
-this node can open it and replay it. Not guaranteed: anything about partitions this node does not
-replicate.
+batch into a follower. The controller's partition states reach the node through ``update_partition``,
+which persists the state and the fence epoch atomically (fsynced) in the partition's directory before
+it answers: a restarted LogServer still refuses appends below its persisted fence, and a controller that
+lost its cache rebuilds the metadata from ``report()``. A state older than the one persisted (lower
+``partition_epoch``) is refused. A state naming this node leader *releases* the replica: its log is
+closed so that the shard actor on this node can open and lead it; a later state naming another leader
+makes this node a follower again. Not guaranteed: anything about partitions this node does not replicate.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
 
 from offsets_log import Batch, LogError, StaleEpochError, open_log
 from offsets_log.batch import records_below
+from offsets_log.replica_state import (
+    ReplicaStateError,
+    partition_dir,
+    read_node_descriptor,
+    read_replica_state,
+    validate_partition_state,
+    write_node_descriptor,
+    write_replica_state,
+)
+
+log = logging.getLogger(__name__)
+_PARTITION_DIR_PREFIX = "__consumer_offsets-"
 
 
-def log_server_name(node_id: str) -> str:
-    return f"raygroups-logserver-{node_id}"
-
-
-def partition_dir(node_dir: str, partition: int) -> str:
-    return os.path.join(node_dir, f"__consumer_offsets-{partition}")
+def log_server_name(node: str) -> str:
+    return f"raygroups-logserver-{node}"
 
 
 class LogServer:
-    def __init__(self, node_id: str, node_dir: str, segment_bytes: int, fsync_interval_ms: int | None) -> None:
-        self.node_id = node_id
+    def __init__(self, node: str, node_dir: str, segment_bytes: int, fsync_interval_ms: int | None,
+                 num_partitions: int | None = None) -> None:
+        self.node = node
         self.node_dir = node_dir
         self._segment_bytes = segment_bytes
         self._fsync_interval_ms = fsync_interval_ms
         self._logs: dict = {}
+        self._states: dict[int, dict] = {}  # partition -> the latest partition state persisted here
         self._fenced: dict[int, int] = {}
         self._released: dict[int, int] = {}  # partition -> epoch it was released for
+        self._errors: dict[int, str] = {}  # partition -> why its persisted state could not be read
         self._io = ThreadPoolExecutor(1, thread_name_prefix="logserver-io")
         self._locks: dict[int, asyncio.Lock] = {}
         os.makedirs(node_dir, exist_ok=True)
+        self.descriptor = read_node_descriptor(node_dir)
+        if self.descriptor is None and num_partitions is not None:
+            write_node_descriptor(node_dir, node, num_partitions)
+            self.descriptor = {"num_partitions": num_partitions, "node": node}
+        self._load_states()
+
+    def _load_states(self) -> None:
+        for name in sorted(os.listdir(self.node_dir)):
+            if not name.startswith(_PARTITION_DIR_PREFIX):
+                continue
+            suffix = name[len(_PARTITION_DIR_PREFIX):]
+            if not suffix.isdigit():
+                continue
+            partition = int(suffix)
+            try:
+                state, fenced = read_replica_state(os.path.join(self.node_dir, name))
+            except ReplicaStateError as e:
+                # Not counted as a copy of the partition's state: the controller sees the error in report().
+                self._errors[partition] = str(e)
+                log.error("node %s: %s", self.node, e)
+                continue
+            if state is not None:
+                self._states[partition] = state
+            if fenced >= 0:
+                self._fenced[partition] = fenced
 
     def _lock(self, partition: int) -> asyncio.Lock:
         lock = self._locks.get(partition)
@@ -62,34 +103,59 @@ class LogServer:
 
     def _state_sync(self, partition: int) -> dict:
         log = self._log(partition)
-        return {"node_id": self.node_id, "log_end_offset": log.log_end_offset, "latest_epoch": log.latest_epoch,
+        return {"node": self.node, "log_end_offset": log.log_end_offset, "latest_epoch": log.latest_epoch,
                 "fenced_epoch": self._fenced.get(partition, -1)}
 
-    # ------------------------------------------------------------------------------------------
-    async def fence(self, partition: int, leader_epoch: int) -> dict:
-        """Refuse, from now on, appends from any leader epoch older than ``leader_epoch``. A fence at an
-        epoch newer than a release makes this node a follower of the partition again."""
-        async with self._lock(partition):
-            self._fenced[partition] = max(self._fenced.get(partition, -1), leader_epoch)
-            if self._released.get(partition, leader_epoch) < leader_epoch:
-                del self._released[partition]
-            if partition in self._released:
-                return {"node_id": self.node_id, "fenced_epoch": self._fenced[partition], "released": True}
-            return await self._run(self._state_sync, partition)
+    def _persist_sync(self, partition: int, state: dict | None, fenced: int) -> None:
+        write_replica_state(partition_dir(self.node_dir, partition), state, fenced)
 
-    async def release(self, partition: int, leader_epoch: int) -> None:
-        """Fence, then close the replica so that this node's new shard actor can open and lead it."""
+    async def _raise_fence(self, partition: int, epoch: int) -> None:
+        """Refuse, from now on, appends from leader epochs below ``epoch`` (persisted before it counts)."""
+        if epoch > self._fenced.get(partition, -1):
+            await self._run(self._persist_sync, partition, self._states.get(partition), epoch)
+            self._fenced[partition] = epoch
+
+    # ------------------------------------------------------------------------------------------
+    async def update_partition(self, partition: int, state: dict) -> dict:
+        """Take the controller's latest state of ``partition``: persist it with the fence at its leader
+        epoch, then act on it (release the replica to this node's shard if it names this node leader,
+        follow otherwise). A state older than the persisted one is refused; the same one is a no-op."""
+        state = validate_partition_state(state, f"state of partition {partition}")
+        if self.node not in state["replicas"] and partition not in self._states:
+            # Not a replica here and never was: nothing to record (the controller tells old replicas too).
+            return {"ok": True, "node": self.node, "partition_epoch": state["partition_epoch"]}
         async with self._lock(partition):
-            self._fenced[partition] = max(self._fenced.get(partition, -1), leader_epoch)
-            self._released[partition] = leader_epoch
-            log = self._logs.pop(partition, None)
-            if log is not None:
-                await self._run(log.close)
+            current = self._states.get(partition)
+            if current is not None and state["partition_epoch"] < current["partition_epoch"]:
+                return {"ok": False, "reason": "stale", "node": self.node,
+                        "partition_epoch": current["partition_epoch"]}
+            fenced = max(self._fenced.get(partition, -1), state["leader_epoch"])
+            if state != current or fenced != self._fenced.get(partition, -1):
+                await self._run(self._persist_sync, partition, state, fenced)
+            self._states[partition] = state
+            self._fenced[partition] = fenced
+            self._errors.pop(partition, None)
+            if state["leader"] == self.node:
+                self._released[partition] = state["leader_epoch"]
+                plog = self._logs.pop(partition, None)
+                if plog is not None:
+                    await self._run(plog.close)
+            else:
+                self._released.pop(partition, None)
+            return {"ok": True, "node": self.node, "partition_epoch": state["partition_epoch"]}
+
+    async def report(self) -> dict:
+        """What this node's disk holds: its descriptor and, per partition, the persisted state and fence
+        (and the error of any state file that could not be read)."""
+        replicas = {}
+        for p in sorted(set(self._states) | set(self._fenced)):
+            replicas[p] = {"state": self._states.get(p), "fenced_epoch": self._fenced.get(p, -1)}
+        return {"node": self.node, "descriptor": self.descriptor, "replicas": replicas, "errors": dict(self._errors)}
 
     async def state(self, partition: int) -> dict:
         async with self._lock(partition):
             if partition in self._released:
-                return {"node_id": self.node_id, "released": True, "fenced_epoch": self._fenced[partition]}
+                return {"node": self.node, "released": True, "fenced_epoch": self._fenced[partition]}
             return await self._run(self._state_sync, partition)
 
     async def append(self, partition: int, batches: list[Batch], leader_epoch: int) -> dict:
@@ -97,8 +163,8 @@ class LogServer:
         async with self._lock(partition):
             if leader_epoch < self._fenced.get(partition, -1):
                 return {"ok": False, "reason": "fenced", "fenced_epoch": self._fenced[partition]}
-            self._fenced[partition] = leader_epoch
             try:
+                await self._raise_fence(partition, leader_epoch)
                 leo = await self._run(self._append_sync, partition, batches)
             except StaleEpochError as e:
                 return {"ok": False, "reason": "stale", "detail": str(e)}
@@ -136,7 +202,7 @@ class LogServer:
             return await self._run(lambda: records_below(self._log(partition), up_to_offset))
 
     async def ping(self) -> str:
-        return self.node_id
+        return self.node
 
     async def close(self) -> None:
         for p in list(self._logs):

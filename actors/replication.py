@@ -41,10 +41,10 @@ class Deposed(Exception):
 
 
 class LeaderReplication:
-    def __init__(self, partition: int, node_id: str, controller, log_server: Callable[[str], object],
+    def __init__(self, partition: int, node: str, controller, log_server: Callable[[str], object],
                  min_insync_replicas: int, replica_lag_ms: int) -> None:
         self.partition = partition
-        self.node_id = node_id
+        self.node = node
         self._controller = controller
         self._log_server = log_server
         self.min_isr = min_insync_replicas
@@ -56,9 +56,9 @@ class LeaderReplication:
         self.confirmed_at = 0.0  # monotonic time the controller last confirmed this leadership
 
     async def start(self) -> int:
-        meta = await self._controller.leader_started.remote(self.partition, self.node_id)
+        meta = await self._controller.leader_started.remote(self.partition, self.node)
         if meta is None:
-            raise Deposed(f"the controller does not name node {self.node_id} leader of partition {self.partition}")
+            raise Deposed(f"the controller does not name node {self.node} leader of partition {self.partition}")
         self._apply(meta)
         return self.epoch
 
@@ -66,14 +66,14 @@ class LeaderReplication:
         self.confirmed_at = time.monotonic()
         self.epoch = meta["leader_epoch"]
         self.replicas = list(meta["replicas"])
-        self.isr = {n for n in meta["isr"] if n != self.node_id}
+        self.isr = {n for n in meta["isr"] if n != self.node}
 
     def lease_valid(self) -> bool:
         return time.monotonic() - self.confirmed_at < LEADERSHIP_LEASE_S
 
     @property
     def followers(self) -> list[str]:
-        return [n for n in self.replicas if n != self.node_id]
+        return [n for n in self.replicas if n != self.node]
 
     # ------------------------------------------------------------------------------------------
     async def replicate(self, append_local, truncate_local, batch_for) -> Errors:
@@ -105,9 +105,9 @@ class LeaderReplication:
             return Errors.NONE
 
     async def renew_epoch(self) -> None:
-        meta = await self._controller.leader_started.remote(self.partition, self.node_id)
+        meta = await self._controller.leader_started.remote(self.partition, self.node)
         if meta is None:
-            raise Deposed(f"the controller no longer names {self.node_id} leader of partition {self.partition}")
+            raise Deposed(f"the controller no longer names {self.node} leader of partition {self.partition}")
         isr = self.isr
         self._apply(meta)
         self.isr &= isr  # the controller may not have seen our latest shrinks yet; never grow here
@@ -172,7 +172,7 @@ class LeaderReplication:
     async def maintain(self, leader_log, run_io) -> None:
         """One round: re-read our metadata (step down if deposed) and catch up out-of-sync followers."""
         meta = await self._controller.partition_state.remote(self.partition)
-        if meta is None or meta["leader"] != self.node_id or meta["leader_epoch"] != self.epoch:
+        if meta is None or meta["leader"] != self.node or meta["leader_epoch"] != self.epoch:
             raise Deposed(f"partition {self.partition} moved on: {meta}")
         self.confirmed_at = time.monotonic()
         self.replicas = list(meta["replicas"])

@@ -50,6 +50,15 @@ def partition_dir(data_dir: str, partition: int) -> str:
     return os.path.join(data_dir, f"__consumer_offsets-{partition}")
 
 
+def _ray_node_id() -> str | None:
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+    except Exception:  # noqa: BLE001 - outside a Ray worker there is no node
+        return None
+
+
 def _new_member_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4()}"
 
@@ -65,7 +74,7 @@ class CoordinatorShard:
         topics: dict[str, int] | None = None,
         namespace: str | None = None,
         controller_name: str | None = None,
-        node_id: str | None = None,
+        node: str | None = None,
     ) -> None:
         self.partition = partition
         self.config = CoordinatorConfig.from_properties(config)
@@ -88,7 +97,7 @@ class CoordinatorShard:
         self._stats = {"batches": 0, "records": 0, "append_failures": 0}
         # Replicated deployments: the controller names the leader and the ISR (None: a single copy).
         self._controller_name = controller_name
-        self._node_id = node_id
+        self._node = node  # the stable name of the node this shard runs on (replicated deployments)
         self._replication: LeaderReplication | None = None
 
     # ------------------------------------------------------------------------------------------
@@ -131,7 +140,7 @@ class CoordinatorShard:
 
                 controller = ray.get_actor(self._controller_name, namespace=self._namespace)
                 self._replication = LeaderReplication(
-                    self.partition, self._node_id, controller, self._log_server,
+                    self.partition, self._node, controller, self._log_server,
                     self.config.min_insync_replicas, self.config.replica_lag_time_max_ms,
                 )
                 # The controller fences the followers at a fresh epoch before this instance serves.
@@ -202,12 +211,12 @@ class CoordinatorShard:
     # ------------------------------------------------------------------------------------------
     # Replication (replicated deployments only)
     # ------------------------------------------------------------------------------------------
-    def _log_server(self, node_id: str):
+    def _log_server(self, node: str):
         import ray
 
         from actors.log_server import log_server_name
 
-        return ray.get_actor(log_server_name(node_id), namespace=self._namespace)
+        return ray.get_actor(log_server_name(node), namespace=self._namespace)
 
     async def _run_io(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._io, fn, *args)
@@ -330,7 +339,8 @@ class CoordinatorShard:
             "load_error": self._load_error,
             "groups": 0 if self._ctx.shard is None else len(self._ctx.shard.groups),
             "pid": os.getpid(),
-            "node_id": self._node_id,
+            "node": self._node,
+            "ray_node_id": _ray_node_id(),
             "isr": None if self._replication is None else sorted(self._replication.isr),
             "namespace": self._namespace,
             "topics": len(self._topics),
@@ -343,6 +353,12 @@ class CoordinatorShard:
         leader up, and they see a shard that stepped down (FAILED)."""
         self._ensure_started()
         return self._ctx.state.value
+
+    async def probe(self) -> dict:
+        """The controller's liveness probe: the partition state (it also starts the load of a shard nobody
+        has called yet) and the node this instance runs on."""
+        self._ensure_started()
+        return {"state": self._ctx.state.value, "node": self._node}
 
     async def close(self) -> None:
         """Unload the partition (parked requests get NOT_COORDINATOR) and release its log."""

@@ -1,16 +1,20 @@
-"""The controller: which node holds which replica, who leads, leader epochs, ISR; failure detection and
-failover. A detached named Ray actor (``raygroups-controller``) on the head node; its metadata lives in
-Ray's GCS key-value store, so a controller restart loses nothing.
+"""The controller actor: a thin loop that observes the cluster, calls the pure ``placement.decide.decide``
+and performs what it decides (a detached named Ray actor, ``raygroups-controller``, on the head node).
 
-It reconciles towards the pure ``placement.plan.plan`` in an idempotent loop that logs and carries on
-after any single failure. Failover of a partition whose leader's node died, or whose leader shard stopped
-answering (a paused "zombie"): elect the first live in-sync replica, bump the leader epoch, fence every
-live replica at the new epoch (so the old leader cannot get anything acknowledged), persist the metadata,
-then start the shard actor on the new leader's node, where it replays its local replica. No live in-sync
-replica: the partition stays offline until one returns (no unclean election unless configured).
+Each round: read Ray's node table (coordinator nodes by their stable names), collect the disk report of
+every node incarnation that has not reported yet (its LogServer is created if missing), probe every leader
+shard (and, for one that does not answer, ask Ray for the actor's state), then decide and perform under
+the lock that also serialises the leaders' requests (``leader_started``, ``shrink_isr``, ``expand_isr``).
 
-Guarantees: leader epochs only grow; a leader is only ever chosen from the ISR; followers are fenced
-before the new leader serves. Not guaranteed: availability of a partition whose whole ISR is gone.
+Performing a commit persists the partition's new state on the disks of its alive replicas — the leader and
+every in-sync replica must take it; an unreachable follower is dropped from the ISR and the commit retried
+once — then in Ray's GCS key-value store (a cache: a restarted controller starts from it; a controller
+on a restarted head, with an empty GCS, rebuilds everything from the nodes' disks). Only then is it applied
+in memory, and only then are the shard actors it implies started or stopped.
+
+Guarantees: leader epochs and partition epochs only grow; a leader is only ever chosen from the ISR
+(unless unclean election is configured); a state takes effect only once the replicas that may be elected
+next have it on disk. Not guaranteed: availability of a partition whose whole ISR is gone.
 """
 
 from __future__ import annotations
@@ -20,334 +24,344 @@ import dataclasses
 import json
 import logging
 import time
+from collections import deque
 from typing import Any
 
 import ray
 from ray.experimental import internal_kv
 
-from placement.plan import PartitionAssignment, elect_leader, needs_leader_rebalance, plan
+from placement.decide import (
+    Commit,
+    Decision,
+    Event,
+    Metadata,
+    NodeReport,
+    Observations,
+    ReplicaReport,
+    Settings,
+    ShardObservation,
+    StartShard,
+    StopShard,
+    bump,
+    decide,
+    on_expand_isr,
+    on_leader_started,
+    on_shrink_isr,
+    readiness,
+)
+from placement.nodes import coordinator_nodes, scheduling_for, unlabelled_warning
+from placement.plan import PartitionAssignment
 
 log = logging.getLogger(__name__)
 
 CONTROLLER_NAME = "raygroups-controller"
 PARTITIONS_KEY = b"raygroups/partitions"
-COORDINATOR_RESOURCE = "coordinator"
 MONITOR_INTERVAL_S = 0.2
-PING_INTERVAL_S = 0.5
-PING_TIMEOUT_S = 1.0
-# A leader shard that has not answered for this long while its node is alive is deemed paused or hung.
-# Longer than Ray's restart of a crashed process (about 1.3 s measured), so a crash is not a failover.
-SHARD_SILENCE_S = 3.0
-LEADER_BALANCE_INTERVAL_S = 10.0  # Kafka's leader.imbalance.check.interval.seconds is 300; ours is cheap
+PROBE_TIMEOUT_S = 1.0
+PERSIST_TIMEOUT_S = 5.0
+REPORT_TIMEOUT_S = 60.0  # a LogServer Ray is still starting on a busy node may take this long
+START_REPORTS_TIMEOUT_S = 30.0
+
+
+def assignment_from_dict(d: dict) -> PartitionAssignment:
+    return PartitionAssignment(tuple(d["replicas"]), d["leader"], d["leader_epoch"], tuple(d["isr"]),
+                               d.get("partition_epoch", 0))
+
+
+def assignment_to_dict(a: PartitionAssignment) -> dict:
+    return {"replicas": list(a.replicas), "leader": a.leader, "leader_epoch": a.leader_epoch,
+            "isr": list(a.isr), "partition_epoch": a.partition_epoch}
 
 
 def _to_json(assignments: dict[int, PartitionAssignment]) -> bytes:
-    return json.dumps({str(p): dataclasses.asdict(a) for p, a in assignments.items()}).encode()
+    return json.dumps({str(p): assignment_to_dict(a) for p, a in assignments.items()}).encode()
 
 
 def _from_json(raw: bytes) -> dict[int, PartitionAssignment]:
-    out = {}
-    for p, a in json.loads(raw).items():
-        out[int(p)] = PartitionAssignment(tuple(a["replicas"]), a["leader"], a["leader_epoch"], tuple(a["isr"]))
-    return out
+    return {int(p): assignment_from_dict(a) for p, a in json.loads(raw).items()}
+
+
+def node_report(raw: dict, node_id: str) -> NodeReport:
+    """A LogServer's ``report()`` as the decision's input."""
+    replicas = {}
+    for p, r in raw["replicas"].items():
+        state = None if r["state"] is None else assignment_from_dict(r["state"])
+        replicas[int(p)] = ReplicaReport(state, r["fenced_epoch"])
+    descriptor = raw.get("descriptor")
+    return NodeReport(node_id, None if descriptor is None else descriptor["num_partitions"], replicas)
 
 
 class Controller:
-    def __init__(self, namespace: str, num_partitions: int, replication_factor: int, unclean_election: bool,
-                 actors: Any) -> None:
-        """``actors`` creates and finds the actors the controller manages (``actors.factory.ActorFactory``:
-        ``create_log_server(node_id)``, ``log_server(node_id)``, ``create_shard(partition, node_id)``,
-        ``shard(partition)``), so that placement does not depend on the actor classes."""
+    def __init__(self, namespace: str, settings: Settings, actors: Any) -> None:
+        """``actors`` creates and finds the actors the controller manages (``actors.factory.ActorFactory``),
+        so that placement does not depend on the actor classes."""
         self.namespace = namespace
-        self.num_partitions = num_partitions
-        self.replication_factor = replication_factor
-        self.unclean = unclean_election
+        self.settings = settings
         self._actors = actors
-        self.partitions: dict[int, PartitionAssignment] = {}
-        self._known_nodes: set[str] = set()
-        self._last_answer: dict[int, float] = {}
-        self._monitor: asyncio.Task | None = None
+        self._meta = Metadata(settings)
+        self._obs: Observations | None = None
         self._lock: asyncio.Lock | None = None
-        self.events: list[dict] = []
+        self._task: asyncio.Task | None = None
+        self._reports: dict[str, tuple[str, asyncio.Task, float]] = {}  # node -> (incarnation, report, since)
+        self._warned: set[str] = set()
+        self.events: deque[dict] = deque(maxlen=2_000)
 
     # ------------------------------------------------------------------------------------------
-    # Metadata
-    # ------------------------------------------------------------------------------------------
-    def _save(self) -> None:
-        internal_kv._internal_kv_put(PARTITIONS_KEY, _to_json(self.partitions), overwrite=True,
-                                     namespace=self.namespace)
-
-    def _load(self) -> None:
-        raw = internal_kv._internal_kv_get(PARTITIONS_KEY, namespace=self.namespace)
-        if raw is not None:
-            self.partitions = _from_json(raw)
-
-    def _event(self, kind: str, **fields) -> None:
-        self.events.append({"t": time.time(), "event": kind, **fields})
-        log.info("controller %s %s", kind, fields)
-
-    @staticmethod
-    def alive_coordinator_nodes() -> set[str]:
-        return {n["NodeID"] for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get(COORDINATOR_RESOURCE)}
-
-    # ------------------------------------------------------------------------------------------
-    # Start and reconcile
+    # Start
     # ------------------------------------------------------------------------------------------
     async def _ensure_running(self) -> None:
-        """After a restart Ray re-runs only ``__init__``: reload the metadata from the GCS and resume
-        watching. Nodes that died while the controller was down are then seen as dead."""
+        """After a restart Ray re-runs only ``__init__``: start from the GCS cache (if the head kept it)
+        and resume the loop; the nodes' disk reports then fill in or correct the rest."""
         if self._lock is not None:
             return
         self._lock = asyncio.Lock()
-        self._load()
-        self._known_nodes = {n for a in self.partitions.values() for n in a.replicas}
-        if self._monitor is None:
-            self._monitor = asyncio.get_running_loop().create_task(self._monitor_loop())
+        raw = internal_kv._internal_kv_get(PARTITIONS_KEY, namespace=self.namespace)
+        if raw is not None:
+            self._meta = dataclasses.replace(self._meta, partitions=_from_json(raw))
+        self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def start(self) -> dict:
+        """Start (idempotent) and wait until every alive coordinator node's disk has reported, so that a
+        node holding another deployment's data is refused here, with the reason, rather than later."""
         await self._ensure_running()
-        async with self._lock:
-            nodes = self.alive_coordinator_nodes()
-            if not nodes:
-                raise RuntimeError("no alive node carries the 'coordinator' resource")
-            self._known_nodes = set(nodes)
-            await asyncio.gather(*(self._ensure_log_server(n) for n in nodes))
-            target = plan(self.num_partitions, sorted(nodes), self.partitions or None, self.replication_factor)
-            self.partitions = dict(target.partitions)
-            self._save()
-            for p in range(self.num_partitions):
-                await self._ensure_shard(p)
-        return await self.metadata()
+        deadline = time.monotonic() + START_REPORTS_TIMEOUT_S
+        while time.monotonic() < deadline:
+            obs = self._obs
+            if obs is not None and all(self._meta.reported.get(n) == o.node_id
+                                       for n, o in obs.nodes.items() if o.alive):
+                break
+            await asyncio.sleep(MONITOR_INTERVAL_S)
+        if self._meta.refused:
+            reasons = "; ".join(f"node {n}: {why}" for n, why in sorted(self._meta.refused.items()))
+            raise ValueError(f"refusing coordinator nodes whose data belongs to another deployment: {reasons}")
+        return await self.readiness()
 
-    async def _ensure_log_server(self, node_id: str):
-        try:
-            handle = self._actors.log_server(node_id)
-        except ValueError:
-            handle = self._actors.create_log_server(node_id)
-        await handle.ping.remote()
-        return handle
-
-    def _log_server(self, node_id: str):
-        return self._actors.log_server(node_id)
-
-    async def _ensure_shard(self, partition: int) -> None:
-        """Make sure the leader's shard actor exists (idempotent)."""
-        a = self.partitions[partition]
-        if a.leader is None:
-            return
-        try:
-            self._actors.shard(partition)
-        except ValueError:
-            await self._start_shard(partition, a.leader)
-
-    async def _start_shard(self, partition: int, node_id: str) -> None:
-        deadline = time.monotonic() + 10
+    async def _run(self) -> None:
         while True:
             try:
-                handle = self._actors.create_shard(partition, node_id)
-                handle.ready.remote()  # start its load now rather than on the first client request
-                self._last_answer[partition] = time.monotonic()
-                return
-            except ValueError:
-                # The killed predecessor's name is released asynchronously.
-                if time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(0.05)
+                await self._round()
+            except Exception:  # noqa: BLE001 - the loop logs and carries on after any single failure
+                log.exception("controller round failed")
+            await asyncio.sleep(MONITOR_INTERVAL_S)
+
+    async def _round(self) -> None:
+        obs = await self._observe()
+        async with self._lock:
+            now_ms = int(time.time() * 1000)
+            decision = decide(self._meta, obs, now_ms)
+            self._meta = decision.metadata
+            self._obs = obs
+            await self._perform(decision)
+
+    # ------------------------------------------------------------------------------------------
+    # Observe
+    # ------------------------------------------------------------------------------------------
+    async def _observe(self) -> Observations:
+        ray_nodes = await asyncio.to_thread(ray.nodes)
+        nodes = coordinator_nodes(ray_nodes, self._meta.incarnations)
+        for name, o in nodes.items():
+            if o.alive and not o.labelled and name not in self._warned:
+                self._warned.add(name)
+                log.warning(unlabelled_warning(o))
+        reports, shards = await asyncio.gather(self._collect_reports(nodes), self._probe_shards())
+        return Observations(nodes, shards, reports)
+
+    async def _collect_reports(self, nodes) -> dict[str, NodeReport]:
+        out: dict[str, NodeReport] = {}
+        for name, o in sorted(nodes.items()):
+            if not o.alive or self._meta.reported.get(name) == o.node_id:
+                self._reports.pop(name, None)
+                continue
+            pending = self._reports.get(name)
+            if pending is not None and pending[0] == o.node_id and not pending[1].done():
+                if time.monotonic() - pending[2] < REPORT_TIMEOUT_S:
+                    continue
+                pending[1].cancel()
+            elif pending is not None and pending[0] == o.node_id and pending[1].done():
+                task = self._reports.pop(name)[1]
+                try:
+                    out[name] = node_report(task.result(), o.node_id)
+                    continue
+                except Exception as e:  # noqa: BLE001 - asked again below
+                    log.info("disk report of node %s failed: %s", name, e)
+            self._reports[name] = (o.node_id, asyncio.ensure_future(self._report(name, o)), time.monotonic())
+        return out
+
+    async def _report(self, name: str, node) -> dict:
+        handle = await asyncio.to_thread(self._actors.ensure_log_server, name, scheduling_for(node, name))
+        return await handle.report.remote()
+
+    async def _probe_shards(self) -> dict[int, ShardObservation]:
+        leaders = [p for p, a in self._meta.partitions.items() if a.leader is not None]
+        results = await asyncio.gather(*(self._probe(p) for p in leaders))
+        return dict(zip(leaders, results, strict=True))
+
+    async def _probe(self, partition: int) -> ShardObservation:
+        try:
+            handle = self._actors.shard(partition)
+        except ValueError:
+            return ShardObservation(None)
+        actor_id = self._actors.actor_id(handle)
+        try:
+            answer = await asyncio.wait_for(handle.probe.remote(), PROBE_TIMEOUT_S)
+            return ShardObservation("ALIVE", actor_id, answer["state"], answer["node"])
+        except (TimeoutError, ray.exceptions.RayError):
+            state = await asyncio.to_thread(self._actors.actor_state, actor_id)
+            return ShardObservation(state, actor_id)
+
+    # ------------------------------------------------------------------------------------------
+    # Perform
+    # ------------------------------------------------------------------------------------------
+    async def _perform(self, decision: Decision) -> None:
+        failed = set()
+        commits = decision.of(Commit)
+        for event in decision.of(Event):
+            self._event(event.as_dict())
+        results = await asyncio.gather(*(self._commit(c) for c in commits))
+        failed = {c.partition for c, ok in zip(commits, results, strict=True) if not ok}
+        if failed:
+            self._meta = dataclasses.replace(self._meta, placed_on=())  # plan again next round
+        for action in decision.actions:
+            if isinstance(action, StartShard) and action.partition not in failed:
+                await self._start_shard(action)
+            elif isinstance(action, StopShard) and action.partition not in failed:
+                self._actors.kill_shard(action.partition)
+                self._event({"event": "shard-stopped", "partition": action.partition, "reason": action.reason})
+
+    async def _commit(self, c: Commit) -> bool:
+        """Persist ``c`` on the replicas' disks (the leader and every alive in-sync replica must take it),
+        then in the GCS cache, then apply it. False (nothing applied) if that is impossible now."""
+        a = c.assignment
+        current = self._meta.partitions.get(c.partition)
+        if current is not None and current.partition_epoch >= a.partition_epoch:
+            return False  # a leader's request committed a newer state meanwhile: decide again
+        alive = self._alive()
+        for attempt in range(2):
+            targets = (set(a.replicas) | set(c.previous.replicas if c.previous else ())) & alive
+            required = ({a.leader} | set(a.isr)) & alive - {None}
+            ok = await self._persist(c.partition, a, sorted(targets))
+            missing = required - ok
+            if not missing:
+                break
+            if a.leader in missing or attempt == 1 or not set(a.isr) - missing:
+                self._event({"event": "commit-failed", "partition": c.partition, "reason": c.reason,
+                             "unreachable": sorted(missing)})
+                return False
+            # A follower that cannot take the state now cannot be counted on later: it leaves the ISR
+            # (the leader catches it up and it rejoins).
+            a = bump(a, isr=tuple(n for n in a.isr if n not in missing))
+        self._meta = self._meta.with_partition(c.partition, a)
+        self._save()
+        return True
+
+    async def _persist(self, partition: int, a: PartitionAssignment, nodes: list[str]) -> set[str]:
+        state = assignment_to_dict(a)
+
+        async def one(node: str) -> bool:
+            try:
+                handle = self._actors.log_server(node)
+                r = await asyncio.wait_for(handle.update_partition.remote(partition, state), PERSIST_TIMEOUT_S)
+                return bool(r.get("ok"))
+            except (TimeoutError, ray.exceptions.RayError, ValueError) as e:
+                log.info("partition %d: could not persist its state on %s: %s", partition, node, e)
+                return False
+
+        results = await asyncio.gather(*(one(n) for n in nodes))
+        return {n for n, ok in zip(nodes, results, strict=True) if ok}
+
+    def _save(self) -> None:
+        try:
+            internal_kv._internal_kv_put(PARTITIONS_KEY, _to_json(dict(self._meta.partitions)), overwrite=True,
+                                         namespace=self.namespace)
+        except Exception as e:  # noqa: BLE001 - the disks hold the state; the cache catches up next commit
+            log.warning("could not cache the partition metadata in the GCS: %s", e)
+
+    async def _start_shard(self, action: StartShard) -> None:
+        node = self._obs.nodes.get(action.node) if self._obs else None
+        try:
+            await asyncio.to_thread(self._actors.replace_shard, action.partition, action.node,
+                                    scheduling_for(node, action.node))
+            self._event({"event": "shard-started", "partition": action.partition, "node": action.node,
+                         "reason": action.reason})
+        except Exception as e:  # noqa: BLE001 - the next round sees no shard and starts it again
+            log.warning("could not start the shard of partition %d on %s: %s", action.partition, action.node, e)
+
+    def _alive(self) -> set[str]:
+        if self._obs is None:
+            return set()
+        return self._obs.alive() - set(self._meta.refused)
+
+    def _event(self, event: dict) -> None:
+        event = {"t": time.time(), **event}
+        self.events.append(event)
+        log.info("controller %s", event)
 
     # ------------------------------------------------------------------------------------------
     # Requests from leaders (epoch-checked)
     # ------------------------------------------------------------------------------------------
-    async def leader_started(self, partition: int, node_id: str) -> dict | None:
-        """A shard actor on ``node_id`` is about to serve ``partition``: give it a fresh epoch (above every
-        earlier incarnation's), fence the followers at it, and tell it the replicas and the ISR."""
+    async def leader_started(self, partition: int, node: str) -> dict | None:
+        """A shard actor on ``node`` is about to serve ``partition``: give it a fresh epoch (above every
+        earlier incarnation's), persisted and fenced on the replicas, with the replicas and the ISR. None
+        if ``node`` does not lead the partition."""
         await self._ensure_running()
         async with self._lock:
-            a = self.partitions.get(partition)
-            if a is None or a.leader != node_id:
+            new = on_leader_started(self._meta, partition, node)
+            if new is None:
                 return None
-            a = dataclasses.replace(a, leader_epoch=a.leader_epoch + 1)
-            self.partitions[partition] = a
-            self._save()
-            await self._fence(partition, a, exclude=node_id)
-            self._last_answer[partition] = time.monotonic()
+            if not await self._commit(Commit(partition, new, self._meta.partitions[partition], "leader started")):
+                raise RuntimeError(f"could not persist the new leader epoch of partition {partition} on its "
+                                   f"in-sync replicas")
+            a = self._meta.partitions[partition]
             return {"leader_epoch": a.leader_epoch, "replicas": list(a.replicas), "isr": list(a.isr)}
 
-    async def shrink_isr(self, partition: int, leader_epoch: int, node_id: str) -> bool:
+    async def shrink_isr(self, partition: int, leader_epoch: int, node: str) -> bool:
         await self._ensure_running()
         async with self._lock:
-            a = self.partitions.get(partition)
-            if a is None or a.leader_epoch != leader_epoch:
-                return False
-            if node_id in a.isr:
-                self.partitions[partition] = dataclasses.replace(a, isr=tuple(n for n in a.isr if n != node_id))
-                self._save()
-                self._event("isr-shrink", partition=partition, node=node_id)
-            return True
+            ok, new = on_shrink_isr(self._meta, partition, leader_epoch, node)
+            if new is not None:
+                ok = await self._commit(Commit(partition, new, self._meta.partitions[partition], f"{node} lagging"))
+                if ok:
+                    self._event({"event": "isr-shrink", "partition": partition, "nodes": [node]})
+            return ok
 
-    async def expand_isr(self, partition: int, leader_epoch: int, node_id: str) -> bool:
+    async def expand_isr(self, partition: int, leader_epoch: int, node: str) -> bool:
         await self._ensure_running()
         async with self._lock:
-            a = self.partitions.get(partition)
-            if a is None or a.leader_epoch != leader_epoch or node_id not in a.replicas:
-                return False
-            if node_id not in a.isr:
-                self.partitions[partition] = dataclasses.replace(a, isr=(*a.isr, node_id))
-                self._save()
-                self._event("isr-expand", partition=partition, node=node_id)
-            return True
+            ok, new = on_expand_isr(self._meta, partition, leader_epoch, node)
+            if new is not None:
+                ok = await self._commit(Commit(partition, new, self._meta.partitions[partition], f"{node} caught up"))
+                if ok:
+                    self._event({"event": "isr-expand", "partition": partition, "node": node})
+            return ok
 
+    # ------------------------------------------------------------------------------------------
+    # Reads
+    # ------------------------------------------------------------------------------------------
     async def metadata(self) -> dict:
         await self._ensure_running()
-        return {p: dataclasses.asdict(a) for p, a in self.partitions.items()}
+        return {p: assignment_to_dict(a) for p, a in self._meta.partitions.items()}
 
     async def partition_state(self, partition: int) -> dict | None:
         await self._ensure_running()
-        a = self.partitions.get(partition)
-        return None if a is None else dataclasses.asdict(a)
+        a = self._meta.partitions.get(partition)
+        return None if a is None else assignment_to_dict(a)
+
+    async def nodes(self) -> dict[str, dict]:
+        """Every coordinator node this deployment knows, by name: alive or not, its Ray node id, and why
+        it is refused if it is."""
+        await self._ensure_running()
+        obs = self._obs
+        names = set(self._meta.incarnations) | {n for a in self._meta.partitions.values() for n in a.replicas}
+        out = {}
+        for name in sorted(names | (set(obs.nodes) if obs else set())):
+            o = obs.nodes.get(name) if obs else None
+            out[name] = {"alive": bool(o and o.alive), "node_id": o.node_id if o else None,
+                         "labelled": o.labelled if o else True, "refused": self._meta.refused.get(name)}
+        return out
+
+    async def readiness(self) -> dict:
+        await self._ensure_running()
+        return readiness(self._meta, self._obs)
 
     async def recent_events(self) -> list[dict]:
         return list(self.events)
-
-    # ------------------------------------------------------------------------------------------
-    # Failure detection and failover
-    # ------------------------------------------------------------------------------------------
-    async def _fence(self, partition: int, a: PartitionAssignment, exclude: str | None = None) -> None:
-        async def fence_one(node_id: str) -> None:
-            try:
-                handle = self._log_server(node_id)
-                if node_id == a.leader:
-                    await asyncio.wait_for(handle.release.remote(partition, a.leader_epoch), 5)
-                else:
-                    await asyncio.wait_for(handle.fence.remote(partition, a.leader_epoch), 5)
-            except (TimeoutError, ray.exceptions.RayError, ValueError) as e:
-                log.warning("could not fence partition %d on %s: %s", partition, node_id, e)
-
-        alive = self.alive_coordinator_nodes()
-        await asyncio.gather(*(fence_one(n) for n in a.replicas if n in alive and n != exclude),
-                             *([fence_one(a.leader)] if a.leader == exclude and a.leader in alive else []))
-
-    async def _failover(self, partition: int, reason: str, exclude_leader: bool) -> None:
-        a = self.partitions[partition]
-        alive = self.alive_coordinator_nodes()
-        old = a.leader
-        candidates = alive - ({old} if exclude_leader and old is not None else set())
-        isr = tuple(n for n in a.isr if n in candidates)
-        new = elect_leader(dataclasses.replace(a, isr=isr), candidates, unclean=self.unclean)
-        if new is None:
-            # Offline. As Kafka, never shrink the ISR below its last members: they are the replicas
-            # that hold every acknowledged batch, and the partition comes back when one of them does.
-            isr = a.isr
-        elif new not in isr:
-            isr = (*isr, new)  # unclean election: the new leader defines the log
-        a = dataclasses.replace(a, leader=new, leader_epoch=a.leader_epoch + 1, isr=isr)
-        self.partitions[partition] = a
-        self._save()
-        self._event("failover", partition=partition, reason=reason, old=old, new=new, epoch=a.leader_epoch)
-        if new is not None:
-            await self._fence(partition, a)
-        await self._replace_shard(partition)
-
-    async def _replace_shard(self, partition: int) -> None:
-        try:
-            ray.kill(self._actors.shard(partition), no_restart=True)
-        except ValueError:
-            pass
-        a = self.partitions[partition]
-        if a.leader is not None:
-            await self._start_shard(partition, a.leader)
-
-    async def _monitor_loop(self) -> None:
-        last_ping = 0.0
-        last_balance = time.monotonic()
-        while True:
-            try:
-                await self._reconcile_nodes()
-                if time.monotonic() - last_ping >= PING_INTERVAL_S:
-                    last_ping = time.monotonic()
-                    await self._check_shards()
-                if time.monotonic() - last_balance >= LEADER_BALANCE_INTERVAL_S:
-                    last_balance = time.monotonic()
-                    await self.balance_leaders()
-            except Exception:  # noqa: BLE001 - the loop logs and carries on after any single failure
-                log.exception("controller reconcile step failed")
-            await asyncio.sleep(MONITOR_INTERVAL_S)
-
-    async def _reconcile_nodes(self) -> None:
-        alive = self.alive_coordinator_nodes()
-        dead = self._known_nodes - alive
-        joined = alive - self._known_nodes
-        if not dead and not joined and all(a.leader is not None for a in self.partitions.values()):
-            return
-        async with self._lock:
-            for node in sorted(dead):
-                self._event("node-dead", node=node)
-            self._known_nodes = set(alive)
-            for node in sorted(joined):
-                self._event("node-joined", node=node)
-                await self._ensure_log_server(node)
-            for p, a in sorted(self.partitions.items()):
-                if a.leader in dead or (a.leader is None and any(n in alive for n in a.isr)) or \
-                        (a.leader is None and self.unclean and any(n in alive for n in a.replicas)):
-                    await self._failover(p, "leader node dead" if a.leader in dead else "replica back",
-                                         exclude_leader=True)
-                elif any(n in dead for n in a.isr):
-                    self.partitions[p] = dataclasses.replace(a, isr=tuple(n for n in a.isr if n not in dead))
-            if joined or dead:
-                # Re-replicate: replace replicas on dead nodes by replicas on live ones (they join the
-                # ISR once their leader has caught them up).
-                target = plan(self.num_partitions, sorted(alive), self.partitions, self.replication_factor)
-                for p, a in target.partitions.items():
-                    old = self.partitions[p]
-                    isr = tuple(n for n in old.isr if n in a.replicas)
-                    self.partitions[p] = dataclasses.replace(old, replicas=a.replicas, isr=isr)
-            self._save()
-
-    async def balance_leaders(self) -> int:
-        """Preferred-leader balancing: when Kafka's 10 % imbalance trigger fires, move leadership back to
-        each partition's preferred replica (first in ``replicas``) that is alive and in sync. Returns the
-        number of leaders moved."""
-        await self._ensure_running()
-        moved = 0
-        async with self._lock:
-            alive = self.alive_coordinator_nodes()
-            if not needs_leader_rebalance(self.partitions, sorted(alive)):
-                return 0
-            for p, a in sorted(self.partitions.items()):
-                preferred = a.replicas[0]
-                if a.leader is not None and a.leader != preferred and preferred in alive and preferred in a.isr:
-                    a = dataclasses.replace(a, leader=preferred, leader_epoch=a.leader_epoch + 1)
-                    self.partitions[p] = a
-                    self._save()
-                    self._event("preferred-leader", partition=p, new=preferred, epoch=a.leader_epoch)
-                    await self._fence(p, a)
-                    await self._replace_shard(p)
-                    moved += 1
-        return moved
-
-    async def _check_shards(self) -> None:
-        """Ping every leader shard; one silent (or FAILED) for SHARD_SILENCE_S while its node lives is
-        failed over."""
-        now = time.monotonic()
-
-        async def ping(p: int) -> None:
-            try:
-                state = await asyncio.wait_for(self._actors.shard(p).ping.remote(), PING_TIMEOUT_S)
-                if state != "FAILED":  # a leader that stepped down counts as silent
-                    self._last_answer[p] = time.monotonic()
-            except (TimeoutError, ray.exceptions.RayError, ValueError):
-                pass
-
-        leaders = [p for p, a in self.partitions.items() if a.leader is not None]
-        for p in leaders:
-            # A failover interrupted by a controller restart may have left no shard: start it.
-            await self._ensure_shard(p)
-        await asyncio.gather(*(ping(p) for p in leaders))
-        alive = self.alive_coordinator_nodes()
-        for p in leaders:
-            # After a controller restart nothing has answered yet: silence counts from now.
-            last = self._last_answer.setdefault(p, now)
-            if self.partitions[p].leader in alive and now - last > SHARD_SILENCE_S:
-                async with self._lock:
-                    a = self.partitions[p]  # re-read under the lock: reconcile may have moved it
-                    if a.leader in alive and now - self._last_answer.get(p, now) > SHARD_SILENCE_S:
-                        await self._failover(p, "leader shard silent", exclude_leader=len(a.isr) > 1)

@@ -36,8 +36,9 @@ Guarantees of ``plan(partitions, nodes, previous, replication_factor, imbalance_
   with start index 0 over the sorted nodes: partition ``p``'s preferred leader is ``nodes[p % n]`` and
   the followers are shifted by ``p // n``, so preferred leaders (and second replicas) rotate evenly. An
   existing partition keeps its previous order; replicas it gains are appended at the end.
-* **Leadership untouched.** ``leader``, ``leader_epoch`` and ``isr`` are carried over verbatim from
-  ``previous`` -- the plan changes only ``replicas``. The controller elects with :func:`elect_leader`,
+* **Leadership untouched.** ``leader``, ``leader_epoch``, ``isr`` and ``partition_epoch`` are carried
+  over verbatim from ``previous`` -- the plan changes only ``replicas`` (the caller bumps
+  ``partition_epoch`` when it commits the change). The controller elects with :func:`elect_leader`,
   bumps epochs and shrinks/grows the ISR through its own epoch-checked path, so after a node is lost
   the target may drop a replica that ``leader``/``isr`` still name (elect first, then plan). A brand-new
   partition gets ``leader = replicas[0]``, ``leader_epoch = 0``, ``isr = replicas``.
@@ -60,7 +61,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 __all__ = [
@@ -96,6 +97,9 @@ class PartitionAssignment:
     leader: str | None  # current leader (None = offline)
     leader_epoch: int
     isr: tuple[str, ...]  # in-sync replicas (leader included when it has one)
+    # Bumped by every change of this partition's state (Kafka's PartitionRegistration.partitionEpoch):
+    # of two copies of a partition's state, the one with the higher partition_epoch is the newer.
+    partition_epoch: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "replicas", _node_tuple(self.replicas, "replicas"))
@@ -107,6 +111,10 @@ class PartitionAssignment:
             raise TypeError(f"leader_epoch must be an int, got {type(self.leader_epoch).__name__}")
         if self.leader_epoch < 0:
             raise ValueError(f"leader_epoch must be >= 0, got {self.leader_epoch}")
+        if isinstance(self.partition_epoch, bool) or not isinstance(self.partition_epoch, int):
+            raise TypeError(f"partition_epoch must be an int, got {type(self.partition_epoch).__name__}")
+        if self.partition_epoch < 0:
+            raise ValueError(f"partition_epoch must be >= 0, got {self.partition_epoch}")
         object.__setattr__(self, "isr", _node_tuple(self.isr, "isr"))
 
 
@@ -338,8 +346,7 @@ def plan(
             out[p] = PartitionAssignment(replicas=reps, leader=reps[0], leader_epoch=0, isr=reps)
             moves += len(reps)
         else:
-            out[p] = prev if reps == prev.replicas else PartitionAssignment(
-                replicas=reps, leader=prev.leader, leader_epoch=prev.leader_epoch, isr=prev.isr)
+            out[p] = prev if reps == prev.replicas else replace(prev, replicas=reps)
             moves += len(set(reps).symmetric_difference(prev.replicas))
     return Plan(partitions=out, moves=moves)
 

@@ -1,8 +1,8 @@
 """raygroups: Apache Kafka's consumer-group coordinator, rebuilt as an actor system on Ray.
 
 The pure parts (``Errors``, ``partition_for``, ``CoordinatorConfig``, ``raygroups.testing``) import
-without Ray; the Ray parts (``start_local``, ``connect``, ``Consumer``, ``ConsumerGroup``, ...) load on
-first use.
+without Ray; the Ray parts (``deploy``, ``start_local``, ``connect``, ``Consumer``, ``ConsumerGroup``, ...) load
+on first use.
 """
 
 from coordinator.config import CoordinatorConfig
@@ -15,6 +15,7 @@ _LAZY = {
     "Cluster": "raygroups.cluster",
     "start_local": "raygroups.cluster",
     "connect": "raygroups.cluster",
+    "deploy": "raygroups.deployment",
     "Consumer": "raygroups.consumer",
     "ConsumerRebalanceListener": "raygroups.consumer",
     "CommitFailedError": "raygroups.consumer",

@@ -1,8 +1,11 @@
-"""Deployments: ``start_local`` (the embedded default) and ``connect`` (an existing deployment).
+"""The handle on a deployment (``Cluster``) and the single-node embedded default (``start_local``), plus
+``connect``. Replicated deployments are created by ``raygroups.deploy`` (``raygroups.deployment``).
 
 A deployment is one Ray namespace holding one detached ``CoordinatorShard`` actor per
 ``__consumer_offsets`` partition, plus its description (partition count, config, data directory) and
-topic metadata in Ray's GCS key-value store, so that ``connect`` and restarted shards find them.
+topic metadata in Ray's GCS key-value store, so that ``connect`` and restarted shards find them. A
+replicated deployment adds the controller and one ``LogServer`` per coordinator node; its nodes are
+named by their stable names (``placement.nodes``).
 """
 
 from __future__ import annotations
@@ -11,35 +14,43 @@ import os
 import shutil
 import tempfile
 import threading
-import uuid
+import time
 from typing import Any
 
 import ray
 
-from actors.factory import COORDINATOR_RESOURCE, ActorFactory, create_shard
+from actors.factory import create_shard
 from actors.metadata import DEPLOYMENT_KEY, TOPICS_KEY, kv_delete, kv_get_json, kv_put_json, read_topics
 from actors.shard_actor import shard_name
 from coordinator.config import CoordinatorConfig
 from coordinator.messages import check_int, check_type
-from placement.controller import CONTROLLER_NAME, Controller
+from offsets_log.replica_state import read_node_descriptor, write_node_descriptor
+from placement.controller import CONTROLLER_NAME
+from placement.nodes import COORDINATOR_RESOURCE, NODE_LABEL, validate_node_name
 from raygroups.client import RayGroupClient
 
-READY_TIMEOUT_S = 120
+READY_TIMEOUT_S = 180
+DEFAULT_NAMESPACE = "raygroups"
 
 
 class Cluster:
-    """A handle on a deployment. ``shutdown()`` removes every actor this handle created (detached ones
-    included) and, for ``start_local``, the Ray instance and temporary data it started."""
+    """A handle on a deployment. ``shutdown()`` removes every actor of a deployment this handle created
+    or resumed (``start_local``, ``deploy``; detached ones included; the data directories stay unless
+    ``start_local`` made a temporary one) and the Ray instance it started; a handle from ``connect``
+    only detaches."""
 
     def __init__(self, namespace: str, num_partitions: int, config: CoordinatorConfig, data_dir: str,
                  created: bool, owns_ray: bool, owns_data_dir: bool, replicated: bool = False,
-                 ray_cluster: Any = None, factory: Any = None) -> None:
+                 factory: Any = None) -> None:
         self.namespace = namespace
         self.replicated = replicated
-        self._ray_cluster = ray_cluster  # ray.cluster_utils.Cluster of a simulated multi-node deployment
         self._factory = factory
+        # A simulated multi-node cluster (ray.cluster_utils.Cluster) and its coordinator nodes by name.
+        self._ray_cluster: Any = None
+        self._sim_nodes: dict[str, Any] = {}
+        self._sim_names: list[str] = []
         # Where consumer actors go: on a simulated cluster, the head node, which is never killed.
-        self.consumer_resources = {"head": 0.001} if ray_cluster is not None else None
+        self.consumer_resources: dict[str, float] | None = None
         self.num_partitions = num_partitions
         self.config = config
         self.data_dir = data_dir
@@ -70,6 +81,7 @@ class Cluster:
             return self._client
 
     def shard(self, partition: int):
+        """The shard actor of ``partition``, looked up by name (so never a handle a failover replaced)."""
         check_int("partition", partition, 0, self.num_partitions - 1)
         return ray.get_actor(shard_name(partition), namespace=self.namespace)
 
@@ -88,25 +100,64 @@ class Cluster:
             except (ray.exceptions.RayError, TimeoutError):
                 out.append(None)
             if out[-1] is None:
-                out[-1] = {"partition": p, "state": "UNAVAILABLE", "pid": None, "leader_epoch": None}
+                out[-1] = {"partition": p, "state": "UNAVAILABLE", "pid": None, "leader_epoch": None, "node": None}
         return out
 
     def kill_shard(self, partition: int) -> None:
-        """Kill a shard's process the way a crash would; Ray restarts it and it replays its log."""
+        """Kill a shard's process the way a crash would; Ray restarts it (on its node) and it replays its log."""
         ray.kill(self.shard(partition), no_restart=False)
+
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Return once every partition is served by an ACTIVE shard (its leader's, on a replicated
+        deployment); TimeoutError naming what the deployment still waits for otherwise. Actors are looked
+        up by name on every attempt: one the controller replaced meanwhile is never waited on."""
+        check_type("timeout_s", timeout_s, (int, float))
+        deadline = time.monotonic() + timeout_s
+        waiting = "the first look"
+        while True:
+            if self.replicated:
+                try:
+                    r = ray.get(self._controller().readiness.remote(), timeout=10)
+                    waiting = r["waiting_for"]
+                    ready = r["ready"]
+                except (ray.exceptions.RayError, ValueError) as e:
+                    waiting, ready = f"the controller ({type(e).__name__})", False
+            else:
+                ready, waiting = True, None
+            if ready:
+                statuses = self.shard_status(timeout_s=10)
+                failed = [s for s in statuses if s.get("load_error")]
+                if failed and not self.replicated:
+                    raise RuntimeError(f"shards failed to load: {failed}")
+                if all(s["state"] == "ACTIVE" for s in statuses):
+                    return
+                waiting = "shards " + ", ".join(str(s["partition"]) for s in statuses if s["state"] != "ACTIVE")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the deployment in namespace {self.namespace!r} is not ready after "
+                                   f"{timeout_s:g} s; waiting for {waiting}")
+            time.sleep(0.2)
 
     # --- replicated deployments ----------------------------------------------------------------------
     def _controller(self):
         if not self.replicated:
-            raise RuntimeError("this deployment is not replicated (start_local(num_nodes=...) makes one)")
+            raise RuntimeError("this deployment is not replicated (raygroups.deploy or start_local(num_nodes=...) "
+                               "makes one)")
         return ray.get_actor(CONTROLLER_NAME, namespace=self.namespace)
 
+    def nodes(self) -> dict[str, dict]:
+        """Every coordinator node the deployment knows, by stable name: ``alive``, ``node_id`` (Ray's id of
+        its current incarnation), ``labelled``, ``refused`` (why its disk is not used, or None)."""
+        if not self.replicated:
+            return {}
+        return ray.get(self._controller().nodes.remote(), timeout=30)
+
     def coordinator_nodes(self) -> list[str]:
-        """Ids of the alive nodes that carry the coordinator resource."""
-        return sorted(Controller.alive_coordinator_nodes())
+        """The stable names of the alive coordinator nodes (``raygroups.io/node`` labels)."""
+        return sorted(n for n, info in self.nodes().items() if info["alive"] and not info["refused"])
 
     def partition_state(self, partition: int) -> dict:
-        """``{"replicas", "leader", "leader_epoch", "isr"}`` of one partition, from the controller."""
+        """``{"replicas", "leader", "leader_epoch", "isr", "partition_epoch"}`` of one partition, nodes named
+        by their stable names (None until the partition exists or is recovered)."""
         check_int("partition", partition, 0, self.num_partitions - 1)
         return ray.get(self._controller().partition_state.remote(partition), timeout=30)
 
@@ -117,35 +168,67 @@ class Cluster:
     def controller_events(self) -> list[dict]:
         return ray.get(self._controller().recent_events.remote(), timeout=30)
 
-    def replica_records(self, partition: int, node_id: str, up_to_offset: int | None = None) -> list:
+    def readiness(self) -> dict:
+        return ray.get(self._controller().readiness.remote(), timeout=30)
+
+    def replica_records(self, partition: int, node: str, up_to_offset: int | None = None) -> list:
         """The records of one replica of ``partition`` (the leader's log or a follower's)."""
         state = self.partition_state(partition)
-        if node_id == state["leader"]:
+        if node == state["leader"]:
             return ray.get(self.shard(partition).replica_records.remote(up_to_offset), timeout=60)
-        return ray.get(self._factory.log_server(node_id).records.remote(partition, up_to_offset), timeout=60)
+        return ray.get(self._factory.log_server(node).records.remote(partition, up_to_offset), timeout=60)
 
-    def kill_node(self, node_id: str, graceful: bool = False) -> None:
-        """Simulated clusters only: remove a coordinator node (``graceful=False``: its raylet is killed)."""
-        node = self._simulated_node(node_id)
-        self._ray_cluster.remove_node(node, allow_graceful=graceful)
-
-    def add_node(self) -> str:
-        """Simulated clusters only: add a coordinator node; returns its node id."""
+    # --- simulated clusters --------------------------------------------------------------------------
+    def _simulated(self, what: str):
         if self._ray_cluster is None:
-            raise RuntimeError("add_node() needs a simulated cluster: start_local(num_nodes=...)")
-        node = self._ray_cluster.add_node(num_cpus=1, resources={COORDINATOR_RESOURCE: 1})
-        return node.node_id
+            raise RuntimeError(f"{what} needs a simulated cluster: start_local(num_nodes=...)")
+        return self._ray_cluster
 
-    def _simulated_node(self, node_id: str):
-        if self._ray_cluster is None:
-            raise RuntimeError("kill_node() needs a simulated cluster: start_local(num_nodes=...)")
-        for node in self._ray_cluster.worker_nodes:
-            if node.node_id == node_id:
-                return node
-        raise ValueError(f"{node_id!r} is not a live coordinator node of this cluster")
+    def kill_node(self, name: str, graceful: bool = False) -> None:
+        """Simulated clusters only: stop coordinator node ``name`` (``graceful=False``: its raylet is killed,
+        as a crash would). Its data directory stays; ``restart_node(name)`` brings it back."""
+        rc = self._simulated("kill_node()")
+        node = self._sim_nodes.pop(self._known_name(name), None)
+        if node is None:
+            raise ValueError(f"node {name!r} is not running (restart_node({name!r}) starts it again)")
+        rc.remove_node(node, allow_graceful=graceful)
 
-    def node_pid_for_testing(self, node_id: str) -> int:
-        return self._simulated_node(node_id).all_processes["raylet"][0].process.pid
+    def restart_node(self, name: str, timeout_s: float = 120) -> None:
+        """Simulated clusters only: (stop, if it runs, and) start coordinator node ``name`` again under the
+        same name and data directory; returns once Ray reports it alive. Like a rebooted host, it comes
+        back only after Ray declared its previous incarnation dead."""
+        rc = self._simulated("restart_node()")
+        name = self._known_name(name)
+        if name in self._sim_nodes:
+            self.kill_node(name)
+        deadline = time.monotonic() + timeout_s
+        while any(n.get("Alive") and (n.get("Labels") or {}).get(NODE_LABEL) == name for n in ray.nodes()):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"Ray did not declare node {name!r} dead within {timeout_s:g} s")
+            time.sleep(0.1)
+        self._sim_nodes[name] = rc.add_node(num_cpus=1, resources={COORDINATOR_RESOURCE: 1},
+                                            labels={NODE_LABEL: name})
+
+    def add_node(self, name: str | None = None) -> str:
+        """Simulated clusters only: add a new coordinator node (``node-<k>`` unless named); returns its name."""
+        rc = self._simulated("add_node()")
+        if name is None:
+            name = f"node-{len(self._sim_names)}"
+        validate_node_name(name)
+        if name in self._sim_names:
+            raise ValueError(f"node {name!r} already exists in this cluster; restart_node({name!r}) restarts it")
+        self._sim_names.append(name)
+        self._sim_nodes[name] = rc.add_node(num_cpus=1, resources={COORDINATOR_RESOURCE: 1}, labels={NODE_LABEL: name})
+        return name
+
+    def _known_name(self, name: str) -> str:
+        check_type("name", name, str)
+        if name not in self._sim_names:
+            raise ValueError(f"{name!r} is not a coordinator node of this cluster (its nodes: {self._sim_names})")
+        return name
+
+    def node_pid_for_testing(self, name: str) -> int:
+        return self._sim_nodes[self._known_name(name)].all_processes["raylet"][0].process.pid
 
     # --- topic metadata --------------------------------------------------------------------------
     def create_topic(self, name: str, partitions: int) -> None:
@@ -174,29 +257,10 @@ class Cluster:
         if client is not None:
             client.close()
         if self._created:
-            handles = []
+            node_names = self._stop_controller()
+            self._stop_shards()
             if self.replicated:
-                try:
-                    ray.kill(self._controller(), no_restart=True)  # first, so that it restarts nothing
-                except (ValueError, RuntimeError):
-                    pass
-            for p in range(self.num_partitions):
-                try:
-                    handles.append(self.shard(p))
-                except ValueError:
-                    continue
-            try:
-                ray.get([h.close.remote() for h in handles], timeout=30)
-            except ray.exceptions.RayError:
-                pass
-            for h in handles:
-                ray.kill(h, no_restart=True)
-            if self.replicated:
-                for node_id in self.coordinator_nodes():
-                    try:
-                        ray.kill(self._factory.log_server(node_id), no_restart=True)
-                    except ValueError:
-                        pass
+                self._stop_log_servers(node_names)
             for key in (DEPLOYMENT_KEY, TOPICS_KEY):
                 kv_delete(key, self.namespace)
         if self._owns_ray and ray.is_initialized():
@@ -206,57 +270,123 @@ class Cluster:
         if self._owns_data_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
+    def _stop_controller(self) -> set[str]:
+        """Stop the controller first, so that it restarts nothing; the nodes it knew."""
+        if not self.replicated:
+            return set()
+        names = set(self._sim_names)
+        try:
+            controller = self._controller()
+        except ValueError:
+            return names
+        try:
+            names |= set(ray.get(controller.nodes.remote(), timeout=10))
+        except (ray.exceptions.RayError, TimeoutError):
+            pass
+        ray.kill(controller, no_restart=True)
+        return names
+
+    def _stop_shards(self) -> None:
+        handles = []
+        for p in range(self.num_partitions):
+            try:
+                handles.append(self.shard(p))
+            except ValueError:
+                continue
+        # Close what answers (a shard pending on a dead node never will), then kill them all.
+        ray.wait([h.close.remote() for h in handles], num_returns=len(handles), timeout=30)
+        for h in handles:
+            ray.kill(h, no_restart=True)
+
+    def _stop_log_servers(self, names: set[str]) -> None:
+        handles = []
+        for name in sorted(names):
+            try:
+                handles.append(self._factory.log_server(name))
+            except ValueError:
+                continue
+        ray.wait([h.close.remote() for h in handles], num_returns=len(handles), timeout=10)
+        for h in handles:
+            ray.kill(h, no_restart=True)
+
 
 def start_local(num_partitions: int = 8, data_dir: str | os.PathLike | None = None,
                 config: dict[str, Any] | None = None, namespace: str | None = None,
                 num_cpus: int | None = None, num_nodes: int | None = None) -> Cluster:
-    """Start (or attach to) a local Ray and create one shard actor per partition, ready to serve.
+    """The embedded default: a local single-node Ray (started unless one is running) and one shard actor
+    per partition, pinned to that node, data in ``data_dir`` (a temporary directory if None). Called
+    again with the same ``data_dir`` after ``shutdown()`` it resumes the same data.
 
-    ``num_nodes=N`` instead simulates N coordinator nodes on this machine (``ray.cluster_utils``) beside
-    a head node that carries the driver and the controller but no coordinator resource: every
-    partition is replicated on ``offsets.topic.replication.factor`` nodes (capped by N) with
-    ``min.insync.replicas`` (capped likewise), and killing a node fails its partitions over."""
+    ``num_nodes=N`` instead simulates N coordinator nodes (``node-0`` ... ``node-<N-1>``) on this machine
+    (``ray.cluster_utils``) beside a head node that carries the driver and the controller, then runs
+    ``raygroups.deploy`` on it: every partition is replicated on ``offsets.topic.replication.factor`` nodes
+    (capped by N) with ``min.insync.replicas`` (capped likewise); each node's data lives under
+    ``<data_dir>/<node name>``, so the same ``data_dir`` resumes the same replicated deployment."""
     check_int("num_partitions", num_partitions, 1, 10_000)
     check_type("data_dir", data_dir, (str, os.PathLike), nullable=True)
     check_type("namespace", namespace, str, nullable=True)
+    namespace = namespace or DEFAULT_NAMESPACE
     props = dict(config or {})
     props["offsets.topic.num.partitions"] = num_partitions
     if num_nodes is not None:
         check_int("num_nodes", num_nodes, 1, 32)
-        return _start_simulated(num_partitions, data_dir, props, namespace, num_nodes)
+        from raygroups.deployment import start_simulated
+
+        return start_simulated(num_partitions, data_dir, props, namespace, num_nodes)
     cfg = CoordinatorConfig.from_properties(props)
     owns_ray = not ray.is_initialized()
     if owns_ray:
         ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
-    namespace = namespace or f"raygroups-{uuid.uuid4().hex[:8]}"
-    owns_data_dir = data_dir is None
-    data_dir = tempfile.mkdtemp(prefix="raygroups-") if data_dir is None else os.fspath(data_dir)
-    os.makedirs(data_dir, exist_ok=True)
+    alive = [n for n in ray.nodes() if n.get("Alive")]
+    if len(alive) > 1:
+        if owns_ray:
+            ray.shutdown()
+        raise RuntimeError(
+            f"start_local() runs the single-node embedded default, but this Ray cluster has {len(alive)} nodes; "
+            f"use raygroups.deploy(address, data_dir=...) to run a replicated deployment on it")
     if kv_get_json(DEPLOYMENT_KEY, namespace) is not None:
+        if owns_ray:
+            ray.shutdown()
         raise ValueError(f"namespace {namespace!r} already holds a raygroups deployment; use connect()")
+    owns_data_dir = data_dir is None
+    data_dir = os.path.abspath(tempfile.mkdtemp(prefix="raygroups-") if data_dir is None else os.fspath(data_dir))
+    try:
+        _check_single_node_data_dir(data_dir, num_partitions)
+    except ValueError:
+        if owns_ray:
+            ray.shutdown()
+        raise
     kv_put_json(DEPLOYMENT_KEY, {"num_partitions": num_partitions, "config": cfg.to_properties(),
-                                   "data_dir": os.path.abspath(data_dir)}, namespace)
+                                 "data_dir": data_dir}, namespace)
     cluster = Cluster(namespace, num_partitions, cfg, data_dir, created=True, owns_ray=owns_ray,
                       owns_data_dir=owns_data_dir)
     try:
-        shards = [create_shard(p, namespace, num_partitions, cfg.to_properties(), os.path.abspath(data_dir))
-                  for p in range(num_partitions)]
-        _wait_ready(shards)
+        node_id = ray.get_runtime_context().get_node_id()
+        for p in range(num_partitions):
+            create_shard(p, namespace, num_partitions, cfg.to_properties(), data_dir, node_id)
+        cluster.wait_ready(READY_TIMEOUT_S)
     except BaseException:
         cluster.shutdown()
         raise
     return cluster
 
 
-def _wait_ready(shards: list) -> None:
-    statuses = ray.get([s.ready.remote() for s in shards], timeout=READY_TIMEOUT_S)
-    failed = [s for s in statuses if s["state"] != "ACTIVE"]
-    if failed:
-        raise RuntimeError(f"shards failed to load: {failed}")
+def _check_single_node_data_dir(data_dir: str, num_partitions: int) -> None:
+    """The embedded default keeps its partitions directly in ``data_dir``; the descriptor there says how
+    many, since another count would route groups to other partitions than their offsets."""
+    os.makedirs(data_dir, exist_ok=True)
+    descriptor = read_node_descriptor(data_dir)
+    if descriptor is None:
+        write_node_descriptor(data_dir, "local", num_partitions)
+    elif descriptor["num_partitions"] != num_partitions:
+        raise ValueError(f"{data_dir} holds a deployment of {descriptor['num_partitions']} partitions; "
+                         f"start_local(num_partitions={num_partitions}) would lose its groups' offsets")
 
 
-def connect(address: str = "auto", namespace: str | None = None) -> Cluster:
-    """Attach to a running deployment (started by ``start_local`` or on a ``ray up`` cluster)."""
+def connect(address: str = "auto", namespace: str = DEFAULT_NAMESPACE) -> Cluster:
+    """Attach to a running deployment (``deploy``, ``start_local``; on a ``ray up`` cluster, from any
+    node or through ``address``). The defaults reach the deployment ``deploy`` makes by default."""
+    check_type("address", address, str)
     check_type("namespace", namespace, str)
     if not ray.is_initialized():
         ray.init(address=address, log_to_driver=False)
@@ -267,60 +397,9 @@ def connect(address: str = "auto", namespace: str | None = None) -> Cluster:
     replicated = bool(deployment.get("replicated"))
     factory = None
     if replicated:
+        from actors.factory import ActorFactory
+
         factory = ActorFactory(namespace, deployment["num_partitions"], cfg.to_properties(), deployment["data_dir"],
                                CONTROLLER_NAME)
     return Cluster(namespace, deployment["num_partitions"], cfg, deployment["data_dir"], created=False,
                    owns_ray=False, owns_data_dir=False, replicated=replicated, factory=factory)
-
-
-# Node-death detection in ~1.5-2.5 s instead of Ray's default ~15 s (reference ray-and-raydp.md §1: 500 ms
-# x 3 measured 2.3 s); lower thresholds risk declaring busy nodes dead (ray#44680).
-SIMULATED_HEALTH_CHECKS = {
-    "health_check_period_ms": 500,
-    "health_check_failure_threshold": 3,
-    "health_check_timeout_ms": 500,
-}
-
-
-def _start_simulated(num_partitions: int, data_dir, props: dict, namespace: str | None, num_nodes: int) -> Cluster:
-    from ray.cluster_utils import Cluster as RayCluster
-
-    if ray.is_initialized():
-        raise RuntimeError("start_local(num_nodes=...) starts its own simulated cluster: call ray.shutdown() first")
-    rf = min(props.get("offsets.topic.replication.factor", 3), num_nodes)
-    props["offsets.topic.replication.factor"] = rf
-    props["min.insync.replicas"] = min(props.get("min.insync.replicas", 2), rf)
-    props.setdefault("replica.lag.time.max.ms", 2_000)
-    cfg = CoordinatorConfig.from_properties(props)
-    ray_cluster = RayCluster(initialize_head=True, head_node_args={
-        "num_cpus": 2, "resources": {"head": 1}, "_system_config": SIMULATED_HEALTH_CHECKS,
-    })
-    try:
-        for _ in range(num_nodes):
-            ray_cluster.add_node(num_cpus=1, resources={COORDINATOR_RESOURCE: 1})
-        ray_cluster.wait_for_nodes()
-        ray.init(address=ray_cluster.address, log_to_driver=False)
-    except BaseException:
-        ray_cluster.shutdown()
-        raise
-    namespace = namespace or f"raygroups-{uuid.uuid4().hex[:8]}"
-    owns_data_dir = data_dir is None
-    data_dir = tempfile.mkdtemp(prefix="raygroups-") if data_dir is None else os.fspath(data_dir)
-    os.makedirs(data_dir, exist_ok=True)
-    data_dir = os.path.abspath(data_dir)
-    kv_put_json(DEPLOYMENT_KEY, {"num_partitions": num_partitions, "config": cfg.to_properties(),
-                                 "data_dir": data_dir, "replicated": True}, namespace)
-    factory = ActorFactory(namespace, num_partitions, cfg.to_properties(), data_dir, CONTROLLER_NAME)
-    cluster = Cluster(namespace, num_partitions, cfg, data_dir, created=True, owns_ray=True,
-                      owns_data_dir=owns_data_dir, replicated=True, ray_cluster=ray_cluster, factory=factory)
-    try:
-        controller = ray.remote(Controller).options(
-            name=CONTROLLER_NAME, namespace=namespace, lifetime="detached", max_restarts=-1, max_task_retries=0,
-            max_concurrency=1_000, num_cpus=0, resources={"head": 0.001},
-        ).remote(namespace, num_partitions, rf, False, factory)
-        ray.get(controller.start.remote(), timeout=READY_TIMEOUT_S)
-        _wait_ready([factory.shard(p) for p in range(num_partitions)])
-    except BaseException:
-        cluster.shutdown()
-        raise
-    return cluster

@@ -1,10 +1,11 @@
 """``make demo``: the main job on the embedded default.
 
-``start_local(num_nodes=3)`` simulates three coordinator nodes beside a head node (8 partitions, each
-replicated on all three, min ISR 2); a ``ConsumerGroup`` of 4 consumer actors (cooperative-sticky)
-works through a live synthetic topic of 12 partitions and commits as it goes. Mid-run the node that
-leads the group's partition is killed (its raylet dies; the controller elects a new leader from the
-ISR, which replays its replica), later one consumer leaves and the group rebalances. With
+``start_local(num_nodes=3)`` simulates three coordinator nodes (``node-0`` ... ``node-2``) beside a head
+node (8 partitions, each replicated on all three, min ISR 2); a ``ConsumerGroup`` of 4 consumer actors
+(cooperative-sticky) works through a live synthetic topic of 12 partitions and commits as it goes.
+Mid-run the node that leads the group's partition is killed (its raylet dies; the controller elects a new
+leader from the ISR, which replays its replica); the node then restarts under its name and rejoins the
+ISR of its partitions; later one consumer leaves and the group rebalances. With
 ``--nodes 1`` it runs on a single-node Ray and kills the coordinating shard's process instead. A live table shows generation, members, assignments,
 committed offsets and lag; at the end the demo checks that no acknowledged commit was lost and that
 no record was skipped.
@@ -24,7 +25,7 @@ TOPIC = "orders"
 GROUP = "orders-app"
 
 
-def _table(t: float, stats: dict, shards: list[dict]) -> str:
+def _table(t: float, stats: dict, shards: list[dict], cluster) -> str:
     lines = [f"t={t:5.1f}s  group {stats['group_id']}: {stats['state']}, generation {stats['generation']}, "
              f"{stats['members']} members"]
     for w in stats["workers"]:
@@ -34,6 +35,10 @@ def _table(t: float, stats: dict, shards: list[dict]) -> str:
     lag = sum(p["lag"] for p in stats["partitions"])
     lines.append(f"          committed {committed}")
     lines.append(f"          total lag {lag} records; leader epochs {[s.get('leader_epoch') for s in shards]}")
+    if cluster.replicated:
+        states = [cluster.partition_state(p) for p in range(cluster.num_partitions)]
+        led = "  ".join(f"{p}:{s['leader'] or 'offline'}/{len(s['isr'])}" for p, s in enumerate(states))
+        lines.append(f"          partition:leader/in-sync replicas  {led}")
     return "\n".join(lines)
 
 
@@ -61,22 +66,27 @@ def main(argv: list[str] | None = None) -> int:
                               heartbeat_interval_ms=500, commit_interval_s=0.5)
         start = time.monotonic()
         killed = left = False
+        victim = None
         while (elapsed := time.monotonic() - start) < args.seconds:
             if not killed and elapsed > args.seconds * 0.3:
                 if cluster.replicated:
-                    leader = cluster.partition_state(shard)["leader"]
-                    print(f"\n*** killing node {leader[:12]} (leader of partition {shard}, the group's "
+                    victim = cluster.partition_state(shard)["leader"]
+                    print(f"\n*** killing node {victim} (leader of partition {shard}, the group's "
                           f"coordinator) mid-run ***\n")
-                    cluster.kill_node(leader, graceful=False)
+                    cluster.kill_node(victim, graceful=False)
                 else:
                     print(f"\n*** killing shard {shard} (the group's coordinator) mid-run ***\n")
                     cluster.kill_shard(shard)
                 killed = True
+            if victim is not None and elapsed > args.seconds * 0.45:
+                print(f"\n*** {victim} restarts under its name: it rejoins the ISR of its partitions ***\n")
+                cluster.restart_node(victim)
+                victim = None
             if not left and elapsed > args.seconds * 0.6:
                 print("\n*** consumer 3 leaves the group: the group rebalances ***\n")
                 group.scale(3)
                 left = True
-            print(_table(elapsed, group.stats(), cluster.shard_status()), flush=True)
+            print(_table(elapsed, group.stats(), cluster.shard_status(), cluster), flush=True)
             time.sleep(1.5)
         group.stop()
         final = group.stats()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
@@ -114,23 +115,62 @@ class Workload:
         assert set(self.heartbeat_errors) <= {Errors.NONE}, set(self.heartbeat_errors)
 
 
-def check_one_shard_per_partition(cluster) -> None:
-    """(5) exactly one shard serves each partition: the controller's leader and epoch are the serving
-    shard's."""
+def node_labels() -> dict[str, str]:
+    """Ray node id -> the node's stable name (its raygroups.io/node label), alive nodes only."""
+    import ray
+
+    return {n["NodeID"]: n["Labels"].get("raygroups.io/node") for n in ray.nodes() if n["Alive"]}
+
+
+def shard_placement_problems(cluster) -> list[str]:
+    """What contradicts "exactly one shard serves each partition, the controller's leader at its epoch, on
+    the leader's node, which holds the partition's log" right now (empty when it holds)."""
     statuses = cluster.shard_status()
+    labels = node_labels()
+    problems = []
     for p in range(cluster.num_partitions):
         state = cluster.partition_state(p)
         status = statuses[p]
-        assert status["state"] == "ACTIVE", status
-        assert status["node_id"] == state["leader"], (status, state)
-        assert status["leader_epoch"] == state["leader_epoch"], (status, state)
+        if status["state"] != "ACTIVE" or status["node"] != state["leader"] or \
+                status["leader_epoch"] != state["leader_epoch"]:
+            problems.append(f"partition {p}: shard {status} vs controller {state}")
+        elif labels.get(status["ray_node_id"]) != state["leader"]:
+            problems.append(f"partition {p}: shard runs on {labels.get(status['ray_node_id'])}, not {state['leader']}")
+        elif not os.path.isdir(os.path.join(cluster.data_dir, state["leader"], f"__consumer_offsets-{p}")):
+            problems.append(f"partition {p}: no log of it under {state['leader']}")
+    return problems
+
+
+def check_one_shard_per_partition(cluster, timeout_s: float = 60) -> None:
+    """(5) once leadership has settled (a preferred-leader move may be under way), exactly one shard
+    serves each partition: the controller's leader, at its epoch, on its node, next to its log."""
+    last: list[str] = []
+
+    def settled() -> bool:
+        last[:] = shard_placement_problems(cluster)
+        return not last
+
+    try:
+        wait_for(settled, timeout_s=timeout_s, interval_s=0.2, what="one shard per partition")
+    except AssertionError:
+        raise AssertionError("; ".join(last)) from None
 
 
 def check_followers_match_leader(cluster) -> None:
-    """(6) every in-sync follower's log equals the leader's log (quiescent, so up to the high watermark)."""
+    """(6) every in-sync follower's log equals the leader's log (quiescent, so up to the high watermark).
+    Read on a settled leadership: a read that a leadership move interrupts is taken again."""
+    import ray
+
     for p in range(cluster.num_partitions):
-        state = cluster.partition_state(p)
-        leader_records = cluster.replica_records(p, state["leader"])
-        for node in state["isr"]:
-            if node != state["leader"]:
-                assert cluster.replica_records(p, node) == leader_records, f"partition {p} replica on {node}"
+        for _ in range(20):
+            check_one_shard_per_partition(cluster)
+            state = cluster.partition_state(p)
+            try:
+                replicas = {n: cluster.replica_records(p, n) for n in state["isr"]}
+            except ray.exceptions.RayError:
+                continue
+            if cluster.partition_state(p)["leader_epoch"] == state["leader_epoch"]:
+                break
+        leader_records = replicas[state["leader"]]
+        for node, records in replicas.items():
+            assert records == leader_records, f"partition {p} replica on {node}"

@@ -134,18 +134,46 @@ def test_head_runs_no_shard_and_no_tasks(raw):
     assert options["--autoscaling-config"] == "~/ray_bootstrap_config.yaml"
 
 
-def test_workers_are_coordinator_nodes(raw):
+NAME_FILE = "~/raygroups-data/node-name"
+
+
+def test_workers_are_coordinator_nodes_with_stable_names(raw):
     env, options, flags = ray_start(raw["worker_start_ray_commands"])
     head_port = ray_start(raw["head_start_ray_commands"])[1]["--port"]
     assert options["--address"] == f"$RAY_HEAD_IP:{head_port}"
     assert json.loads(options["--resources"]) == {"coordinator": 1}
-    labels = parse_node_labels_string(options["--labels"])
-    validate_node_labels(labels)  # not in Ray's reserved ray.io/ prefix
-    assert labels == dict([COORDINATOR_LABEL])
-    # The resource name is the one the shard actors request.
-    from actors.factory import COORDINATOR_RESOURCE
+    # The node's name comes from a file in its data directory, written once from the host name.
+    substitution = f"$(cat {NAME_FILE})"
+    assert substitution in options["--labels"]
+    labels = parse_node_labels_string(options["--labels"].replace(substitution, "coord-host-1"))
+    validate_node_labels(labels)  # not in Ray's reserved ray.io/ prefix, and a valid value
+    from placement.nodes import COORDINATOR_RESOURCE, NODE_LABEL, validate_node_name
 
+    assert labels == {**dict([COORDINATOR_LABEL]), NODE_LABEL: "coord-host-1"}
+    (name_command,) = [c for c in raw["worker_start_ray_commands"] if NAME_FILE in c and "ray start" not in c]
+    assert f"test -s {NAME_FILE} || hostname -s > {NAME_FILE}" in name_command  # kept, never rewritten
+    assert raw["worker_start_ray_commands"].index(name_command) < len(raw["worker_start_ray_commands"]) - 1
+    validate_node_name("coord-host-1")
+    # The resource name is the one the controller recognises coordinator nodes by.
     assert COORDINATOR_RESOURCE in json.loads(options["--resources"])
+
+
+def test_head_start_ends_with_the_deploy(raw):
+    *_, last = raw["head_start_ray_commands"]
+    words = shlex.split(last)
+    env = {}
+    while re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[0]):
+        key, value = words.pop(0).split("=", 1)
+        env[key] = value
+    assert env.get("RAY_AUTH_MODE") == "token"
+    assert words[:2] == ["~/raygroups-venv/bin/raygroups", "deploy"]
+    from raygroups.cli import deploy
+
+    params = deploy.make_context("deploy", words[2:]).params  # the command line the CLI really accepts
+    assert params["wait"] is False  # the workers join after the head: partitions come up as they do
+    assert params["address"] == "auto" and params["namespace"] == "raygroups"
+    # The data directory is the one whose node-name file the workers keep (the same $HOME path).
+    assert params["data_dir"] == "$HOME/raygroups-data" and NAME_FILE.startswith("~/raygroups-data/")
 
 
 @pytest.mark.parametrize("commands", ["head_start_ray_commands", "worker_start_ray_commands"])
@@ -203,7 +231,9 @@ def test_setup_pins_match_pyproject(raw):
     # The venv the setup creates is the one whose `ray` starts the nodes.
     assert "-m venv ~/raygroups-venv" in setup
     for commands in ("head_start_ray_commands", "worker_start_ray_commands"):
-        assert all("~/raygroups-venv/bin/ray " in c for c in raw[commands])
+        programs = [w for c in raw[commands] for w in shlex.split(c.replace(";", " "))
+                    if Path(w).name in ("ray", "raygroups")]
+        assert programs and all(w.startswith("~/raygroups-venv/bin/") for w in programs), programs
 
 
 def test_python_version_matches_pyproject(raw):

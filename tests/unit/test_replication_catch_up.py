@@ -158,7 +158,9 @@ def test_too_few_in_sync_replicas_refuses_the_write_and_renews_the_epoch(tmp_pat
         leader_log, follower, rep = setup(tmp_path)
         await rep.start()
         epoch = rep.epoch
-        await follower.fence(0, epoch + 10)  # the follower refuses this leader's epoch: it is deposed
+        # The controller moved on: the follower now refuses this leader's epoch, so it is deposed.
+        await follower.update_partition(0, {"replicas": ["L", "F"], "leader": "F", "leader_epoch": epoch + 10,
+                                            "isr": ["F"], "partition_epoch": 1})
         try:
             await rep.replicate(lambda b: run_io(leader_log.append, b, b.leader_epoch),
                                 lambda o: run_io(leader_log.truncate_to, o),

@@ -1,0 +1,157 @@
+"""What a coordinator node's disk knows about the partitions it replicates, beside their logs.
+
+Two small JSON files, each replaced atomically (temporary file, fsync, rename, fsync of the directory):
+
+* ``<node_dir>/deployment.json`` — the node's **descriptor**: which deployment shape its data belongs to
+  (``num_partitions``; changing it would route groups to other partitions, so a mismatch is refused).
+* ``<node_dir>/__consumer_offsets-<p>/partition-state.json`` — the **replica state**: the latest partition
+  state the controller gave this replica (replicas, leader, leader epoch, ISR, partition epoch) and the
+  **fence epoch** below which this replica refuses appends. It lives in the partition's directory, so a
+  replica whose log is gone has no state either and is never mistaken for an in-sync copy.
+
+The coordinator nodes' disks are the source of truth for partition metadata, as Kafka's metadata log
+is: a controller that starts without its cache rebuilds the metadata from these files. Every reader
+validates what it reads and names the file and the field that is wrong; nothing here guesses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from offsets_log.errors import LogError
+from offsets_log.fsutil import atomic_write
+
+FORMAT = 1
+DESCRIPTOR_FILE = "deployment.json"
+STATE_FILE = "partition-state.json"
+_STATE_KEYS = ("replicas", "leader", "leader_epoch", "isr", "partition_epoch")
+
+
+class ReplicaStateError(LogError):
+    """A descriptor or replica-state file is unreadable or does not describe a valid state."""
+
+
+def partition_dir(node_dir: str, partition: int) -> str:
+    return os.path.join(node_dir, f"__consumer_offsets-{partition}")
+
+
+def _int(value: Any, field: str, where: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ReplicaStateError(f"{where}: {field} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ReplicaStateError(f"{where}: {field} must be >= {minimum}, got {value}")
+    return value
+
+
+def _names(value: Any, field: str, where: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(n, str) and n for n in value):
+        raise ReplicaStateError(f"{where}: {field} must be a list of node names, got {value!r}")
+    if len(set(value)) != len(value):
+        raise ReplicaStateError(f"{where}: {field} names a node twice: {value!r}")
+    return list(value)
+
+
+def validate_partition_state(state: Any, where: str = "partition state") -> dict:
+    """The partition state as a plain dict with exactly the keys of ``_STATE_KEYS``, or ReplicaStateError."""
+    if not isinstance(state, dict):
+        raise ReplicaStateError(f"{where}: must be a mapping, got {type(state).__name__}")
+    missing = [k for k in _STATE_KEYS if k not in state]
+    if missing:
+        raise ReplicaStateError(f"{where}: missing {', '.join(missing)}")
+    replicas = _names(state["replicas"], "replicas", where)
+    if not replicas:
+        raise ReplicaStateError(f"{where}: replicas must name at least one node")
+    isr = _names(state["isr"], "isr", where)
+    if not set(isr) <= set(replicas):
+        raise ReplicaStateError(f"{where}: isr {isr} is not a subset of replicas {replicas}")
+    leader = state["leader"]
+    if leader is not None and leader not in replicas:
+        raise ReplicaStateError(f"{where}: leader {leader!r} is not one of the replicas {replicas}")
+    return {
+        "replicas": replicas,
+        "leader": leader,
+        "leader_epoch": _int(state["leader_epoch"], "leader_epoch", where, 0),
+        "isr": isr,
+        "partition_epoch": _int(state["partition_epoch"], "partition_epoch", where, 0),
+    }
+
+
+def _read_json(path: str) -> Any:
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise ReplicaStateError(f"{path}: unreadable: {e}") from e
+    try:
+        return json.loads(raw)
+    except ValueError as e:
+        raise ReplicaStateError(f"{path}: not valid JSON ({e})") from e
+
+
+def _remove_leftover(path: str) -> None:
+    try:
+        os.unlink(path + ".tmp")  # an interrupted atomic write left its temporary file
+    except FileNotFoundError:
+        pass
+
+
+# --------------------------------------------------------------------------- replica state
+
+
+def read_replica_state(directory: str) -> tuple[dict | None, int]:
+    """``(partition state or None, fenced_epoch)`` persisted in a partition directory; ``(None, -1)`` when
+    the replica has none (a new or wiped replica)."""
+    path = os.path.join(directory, STATE_FILE)
+    _remove_leftover(path)
+    data = _read_json(path)
+    if data is None:
+        return None, -1
+    if not isinstance(data, dict):
+        raise ReplicaStateError(f"{path}: must hold a JSON object, got {type(data).__name__}")
+    if data.get("format") != FORMAT:
+        raise ReplicaStateError(f"{path}: unknown format {data.get('format')!r} (this version reads {FORMAT})")
+    fenced = _int(data.get("fenced_epoch"), "fenced_epoch", path, -1)
+    state = data.get("state")
+    if state is not None:
+        state = validate_partition_state(state, path)
+    return state, fenced
+
+
+def write_replica_state(directory: str, state: dict | None, fenced_epoch: int) -> None:
+    """Persist (atomically, fsynced) the partition state and fence epoch of one replica."""
+    if state is not None:
+        state = validate_partition_state(state)
+    _int(fenced_epoch, "fenced_epoch", "replica state", -1)
+    os.makedirs(directory, exist_ok=True)
+    payload = {"format": FORMAT, "state": state, "fenced_epoch": fenced_epoch}
+    atomic_write(os.path.join(directory, STATE_FILE), json.dumps(payload, sort_keys=True).encode())
+
+
+# --------------------------------------------------------------------------- node descriptor
+
+
+def read_node_descriptor(node_dir: str) -> dict | None:
+    """The node's descriptor (``{"num_partitions": N, "node": name}``) or None on a fresh disk."""
+    path = os.path.join(node_dir, DESCRIPTOR_FILE)
+    _remove_leftover(path)
+    data = _read_json(path)
+    if data is None:
+        return None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ReplicaStateError(f"{path}: not a raygroups node descriptor of format {FORMAT}")
+    num = _int(data.get("num_partitions"), "num_partitions", path, 1)
+    node = data.get("node")
+    if not isinstance(node, str) or not node:
+        raise ReplicaStateError(f"{path}: node must be a non-empty name, got {node!r}")
+    return {"num_partitions": num, "node": node}
+
+
+def write_node_descriptor(node_dir: str, node: str, num_partitions: int) -> None:
+    _int(num_partitions, "num_partitions", "node descriptor", 1)
+    os.makedirs(node_dir, exist_ok=True)
+    payload = {"format": FORMAT, "node": node, "num_partitions": num_partitions}
+    atomic_write(os.path.join(node_dir, DESCRIPTOR_FILE), json.dumps(payload, sort_keys=True).encode())

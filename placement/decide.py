@@ -1,0 +1,607 @@
+"""The controller's decisions as a pure function: ``decide(metadata, observations, now_ms) -> Decision``.
+
+The controller actor is a thin loop around it: it observes (Ray's node table, one probe per leader shard,
+each coordinator node's disk report), calls :func:`decide`, and performs the actions it returns. No Ray,
+no I/O, no clock here: the time is an argument, so every failover case is a unit test.
+
+Durable state is ``Metadata.partitions``: per partition the replicas, leader, leader epoch, ISR and
+partition epoch. :func:`decide` never changes it directly; it returns a :class:`Commit` per changed
+partition, and the performer applies a commit only after persisting it on the disks of the partition's
+leader and in-sync replicas (then in the GCS cache). A commit that cannot be persisted is dropped and
+decided again in the next round. Everything else in :class:`Metadata` is soft (node incarnations, shard
+liveness, start-up progress) and is returned updated in the :class:`Decision`.
+
+What a round decides, in order:
+
+1. **Nodes.** A node is known by its stable name; Ray's node id identifies one incarnation of it. A new id
+   under a known name is a *restart*; a name that is not alive is *dead* (since the first round that saw
+   it so). A node whose disk belongs to another deployment shape is refused and never used.
+2. **Disks.** Each node's disk report (taken once per incarnation) is merged: a partition state newer than
+   the cached one is adopted (the disk is the source of truth); a partition the cache lacks is
+   *recovered* once ``RF - min.insync.replicas + 1`` replicas of its newest state's replica set have
+   reported a state — every set of that size meets every ISR that acknowledged a write, so the newest
+   state among them is at least as new as the last one under which anything was acknowledged, and its
+   ISR holds every acknowledged batch. Fewer: the partition stays offline and waits. The recovered
+   leader epoch is above every fence any replica reported.
+3. **Creation.** Only when no disk holds any partition state: once every alive coordinator node has
+   reported and at least ``offsets.topic.replication.factor`` of them are alive (Kafka creates
+   ``__consumer_offsets`` only then), every partition is laid out by :func:`placement.plan.plan`.
+4. **Failures.** A leader on a dead or restarted node is failed over: the first live in-sync replica in
+   replica order (a restarted node only if no other is left), leader epoch + 1; none: offline, keeping the
+   last ISR (as Kafka, the replicas that hold every acknowledged batch). Dead and restarted followers leave
+   the ISR (KIP-903: a restarted replica may have lost what it had not flushed); they rejoin after the
+   leader has caught them up. An offline partition whose ISR member is alive comes back with it as leader.
+   Unclean election (any live replica) only if configured.
+5. **Shards.** A partition's shard actor runs only on its leader's node. A shard that Ray is still
+   scheduling, starting or restarting, or that is loading, is not silent: silence counts from its first
+   answer, and the start itself has a deadline. A shard silent for ``shard_silence_ms`` (paused, hung), one
+   that answers FAILED (stepped down) or that does not start in time is failed over to another in-sync
+   replica, or restarted in place when there is none; a shard found on another node than the leader's is
+   replaced.
+6. **Placement.** Replica sets are re-planned when the set of placement nodes changes: alive nodes plus
+   dead ones still within ``node_replacement_delay_ms`` (a node that reboots comes back as the same
+   replica; one that stays away is replaced).
+7. **Leader balance.** Kafka's preferred-leader election when its 10 % imbalance trigger fires — never
+   while the deployment is starting, only in a round where every leader shard answered ACTIVE, and not
+   within ``leader_balance_interval_ms`` of any leadership change (a failover settles first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from placement.nodes import NodeObservation
+from placement.plan import PartitionAssignment, elect_leader, needs_leader_rebalance, plan
+
+# Ray's actor states in which an actor is not running yet (or again): not silence.
+STARTING = frozenset({"DEPENDENCIES_UNREADY", "PENDING_CREATION", "RESTARTING"})
+# Partition states a healthy shard answers with: not loaded yet, loading, serving.
+HEALTHY = frozenset({"INITIAL", "LOADING", "ACTIVE"})
+
+
+def _positive(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+
+
+@dataclass(frozen=True)
+class Settings:
+    num_partitions: int
+    replication_factor: int
+    min_insync_replicas: int
+    unclean_election: bool = False
+    shard_silence_ms: int = 3_000
+    shard_start_timeout_ms: int = 60_000
+    node_replacement_delay_ms: int = 60_000
+    leader_balance_interval_ms: int = 10_000
+
+    def __post_init__(self) -> None:
+        for name in ("num_partitions", "replication_factor", "min_insync_replicas", "shard_silence_ms",
+                     "shard_start_timeout_ms", "node_replacement_delay_ms", "leader_balance_interval_ms"):
+            _positive(name, getattr(self, name))
+        if not isinstance(self.unclean_election, bool):
+            raise TypeError(f"unclean_election must be a bool, got {type(self.unclean_election).__name__}")
+
+    def recovery_quorum(self, replicas: int) -> int:
+        """How many replicas of a partition must report their state before it is recovered from disks."""
+        return max(1, replicas - min(self.min_insync_replicas, replicas) + 1)
+
+
+# --------------------------------------------------------------------------- observations
+
+
+@dataclass(frozen=True)
+class ShardObservation:
+    """The actor named ``raygroups-shard-<p>`` as seen in one round."""
+
+    actor_state: str | None  # Ray's state of the actor; None when no actor has the name
+    actor_id: str | None = None  # changes when the actor is replaced
+    answer: str | None = None  # the partition state it answered in this round; None: no answer
+    node: str | None = None  # the node it answered from
+
+
+@dataclass(frozen=True)
+class ReplicaReport:
+    """One replica's persisted state, as its node read it from disk."""
+
+    state: PartitionAssignment | None
+    fenced_epoch: int = -1
+
+
+@dataclass(frozen=True)
+class NodeReport:
+    node_id: str  # the incarnation that reported
+    num_partitions: int | None  # from the node's descriptor; None on a fresh disk
+    replicas: Mapping[int, ReplicaReport] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Observations:
+    nodes: Mapping[str, NodeObservation]
+    shards: Mapping[int, ShardObservation] = field(default_factory=dict)
+    reports: Mapping[str, NodeReport] = field(default_factory=dict)  # reports that arrived this round
+
+    def alive(self) -> set[str]:
+        return {n for n, o in self.nodes.items() if o.alive}
+
+
+# --------------------------------------------------------------------------- metadata
+
+
+@dataclass(frozen=True)
+class ShardTrack:
+    """Soft liveness of one partition's shard actor."""
+
+    node: str  # where it was asked to run (or was found)
+    since_ms: int  # when this start began (creation, or a restart Ray reported)
+    actor_id: str | None = None
+    first_answer_ms: int | None = None
+    last_answer_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class Metadata:
+    settings: Settings
+    partitions: Mapping[int, PartitionAssignment] = field(default_factory=dict)  # durable
+    incarnations: Mapping[str, str] = field(default_factory=dict)  # node name -> Ray node id last seen alive
+    dead_since_ms: Mapping[str, int] = field(default_factory=dict)
+    reported: Mapping[str, str] = field(default_factory=dict)  # node name -> incarnation whose disk reported
+    refused: Mapping[str, str] = field(default_factory=dict)  # node name -> why its disk is not used
+    recovery: Mapping[int, Mapping[str, ReplicaReport]] = field(default_factory=dict)
+    shards: Mapping[int, ShardTrack] = field(default_factory=dict)
+    placed_on: tuple[str, ...] = ()  # the node set replicas were last planned over
+    started_ms: int | None = None  # when every partition first served: the deployment is up
+    last_balance_ms: int = 0
+
+    def with_partition(self, partition: int, assignment: PartitionAssignment) -> Metadata:
+        return replace(self, partitions={**self.partitions, partition: assignment})
+
+
+def bump(a: PartitionAssignment, **changes: Any) -> PartitionAssignment:
+    """``a`` with ``changes`` and the next partition epoch: every change of a partition's state is one."""
+    return replace(a, **changes, partition_epoch=a.partition_epoch + 1)
+
+
+# --------------------------------------------------------------------------- actions
+
+
+@dataclass(frozen=True)
+class Commit:
+    """Persist ``assignment`` on the replicas' disks (leader and ISR required), then the cache; only
+    then does it take effect."""
+
+    partition: int
+    assignment: PartitionAssignment
+    previous: PartitionAssignment | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class StartShard:
+    """Replace whatever holds the shard's name by a new shard actor on ``node`` (after its commit)."""
+
+    partition: int
+    node: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class StopShard:
+    partition: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: str
+    fields: tuple[tuple[str, Any], ...] = ()
+
+    def as_dict(self) -> dict:
+        return {"event": self.kind, **dict(self.fields)}
+
+
+Action = Commit | StartShard | StopShard | Event
+
+
+@dataclass(frozen=True)
+class Decision:
+    metadata: Metadata  # soft state updated; partitions change only through the Commit actions
+    actions: tuple[Action, ...]
+
+    def of(self, kind: type) -> list:
+        return [a for a in self.actions if isinstance(a, kind)]
+
+
+# --------------------------------------------------------------------------- the round
+
+
+class _Round:
+    """One call of :func:`decide`: working copies of the metadata, changed in place, then returned."""
+
+    def __init__(self, meta: Metadata, obs: Observations, now_ms: int) -> None:
+        self.meta = meta
+        self.s = meta.settings
+        self.obs = obs
+        self.now = now_ms
+        self.parts: dict[int, PartitionAssignment] = dict(meta.partitions)
+        self.reasons: dict[int, str] = {}
+        self.incarnations = dict(meta.incarnations)
+        self.dead_since = dict(meta.dead_since_ms)
+        self.reported = dict(meta.reported)
+        self.refused = dict(meta.refused)
+        # A recovered partition leaves the recovery table only once its commit took effect.
+        self.recovery = {p: dict(r) for p, r in meta.recovery.items() if p not in meta.partitions}
+        self.shards = dict(meta.shards)
+        self.placed_on = meta.placed_on
+        self.started = meta.started_ms
+        self.last_balance = meta.last_balance_ms
+        self.restarted: set[str] = set()
+        self.to_start: dict[int, tuple[str, str]] = {}
+        self.events: list[Event] = []
+
+    # --- helpers ------------------------------------------------------------------------------
+    def event(self, kind: str, **fields: Any) -> None:
+        self.events.append(Event(kind, tuple(sorted(fields.items()))))
+
+    def alive(self) -> set[str]:
+        return self.obs.alive() - set(self.refused)
+
+    def change(self, p: int, a: PartitionAssignment, reason: str) -> None:
+        if self.parts.get(p) == a:
+            return
+        self.parts[p] = a
+        self.reasons[p] = reason if p not in self.reasons else f"{self.reasons[p]}; {reason}"
+
+    def leader_changed(self, p: int) -> bool:
+        old, a = self.meta.partitions.get(p), self.parts[p]
+        return old is None or (old.leader, old.leader_epoch) != (a.leader, a.leader_epoch)
+
+    def start(self, p: int, node: str, reason: str) -> None:
+        self.to_start[p] = (node, reason)
+        self.shards[p] = ShardTrack(node, self.now)
+
+    def failover(self, p: int, reason: str, exclude: str | None) -> None:
+        """Elect the first live in-sync replica other than ``exclude`` (restarted nodes last resort)."""
+        a = self.parts[p]
+        candidates = self.alive() - self.restarted - {exclude}
+        isr = tuple(n for n in a.isr if n in candidates)
+        new = elect_leader(replace(a, isr=isr), sorted(candidates)) if isr else None
+        if new is None:
+            # Offline. As Kafka, the ISR keeps its last members: they hold every acknowledged batch, and
+            # the partition comes back when one of them does.
+            b = bump(a, leader=None, leader_epoch=a.leader_epoch + 1)
+        else:
+            b = bump(a, leader=new, leader_epoch=a.leader_epoch + 1, isr=isr)
+        self.change(p, b, reason)
+        self.event("failover", partition=p, reason=reason, old=a.leader, new=new, epoch=b.leader_epoch)
+
+    # --- 1. nodes -----------------------------------------------------------------------------
+    def nodes(self) -> None:
+        for name, o in sorted(self.obs.nodes.items()):
+            if not o.alive:
+                continue
+            known = self.incarnations.get(name)
+            if known is None:
+                self.event("node-joined", node=name, node_id=o.node_id)
+            elif known != o.node_id:
+                self.restarted.add(name)
+                self.event("node-restarted", node=name, node_id=o.node_id)
+            self.incarnations[name] = o.node_id
+            self.dead_since.pop(name, None)
+
+    def mark_dead(self) -> None:
+        """Every node the metadata knows (replicas included, also of states recovered this round) that is
+        not alive is dead from the first round that sees it so."""
+        known_names = set(self.incarnations) | {n for a in self.parts.values() for n in a.replicas}
+        for name in sorted(known_names):
+            o = self.obs.nodes.get(name)
+            if (o is None or not o.alive) and name not in self.dead_since:
+                self.dead_since[name] = self.now
+                self.event("node-dead", node=name)
+
+    # --- 2. disks -----------------------------------------------------------------------------
+    def reports(self) -> None:
+        for name, r in sorted(self.obs.reports.items()):
+            o = self.obs.nodes.get(name)
+            if o is None or not o.alive or o.node_id != r.node_id:
+                continue  # from an incarnation that is gone: its successor reports again
+            self.reported[name] = r.node_id
+            if r.num_partitions is not None and r.num_partitions != self.s.num_partitions:
+                why = (f"its data directory belongs to a deployment of {r.num_partitions} partitions, not "
+                       f"{self.s.num_partitions}")
+                if self.refused.get(name) != why:
+                    self.event("node-refused", node=name, reason=why)
+                self.refused[name] = why
+                continue
+            self.refused.pop(name, None)
+            for p, rr in sorted(r.replicas.items()):
+                if not 0 <= p < self.s.num_partitions:
+                    continue
+                if p in self.parts:
+                    self._merge(p, name, rr)
+                else:
+                    self.recovery.setdefault(p, {})[name] = rr
+        for p in sorted(self.recovery):
+            self._maybe_recover(p)
+
+    def _merge(self, p: int, name: str, rr: ReplicaReport) -> None:
+        a = self.parts[p]
+        if rr.state is not None and rr.state.partition_epoch > a.partition_epoch:
+            # A commit reached this disk but not the cache (the controller stopped between the two).
+            a = bump(rr.state)
+            self.change(p, a, f"newer state on the disk of {name}")
+        if rr.fenced_epoch > a.leader_epoch:
+            self.change(p, bump(a, leader_epoch=rr.fenced_epoch), f"{name} is fenced at epoch {rr.fenced_epoch}")
+
+    def _maybe_recover(self, p: int) -> None:
+        seen = self.recovery[p]
+        held = {n: rr.state for n, rr in seen.items() if rr.state is not None}
+        if not held:
+            return
+        newest = max(held.values(), key=lambda a: a.partition_epoch)
+        holders = sorted(n for n in held if n in newest.replicas)
+        if len(holders) < self.s.recovery_quorum(len(newest.replicas)):
+            return
+        fenced = max(rr.fenced_epoch for rr in seen.values())
+        a = bump(newest, leader_epoch=max(newest.leader_epoch, fenced))
+        self.parts[p] = a
+        self.reasons[p] = f"recovered from the disks of {', '.join(holders)}"
+        self.event("partition-recovered", partition=p, nodes=holders, epoch=a.leader_epoch)
+
+    # --- 3. creation --------------------------------------------------------------------------
+    def create(self) -> None:
+        missing = [p for p in range(self.s.num_partitions) if p not in self.parts and
+                   not any(rr.state is not None for rr in self.recovery.get(p, {}).values())]
+        if not missing:
+            return
+        alive = self.alive()
+        if not alive or any(self.reported.get(n) != self.incarnations.get(n) for n in alive):
+            return  # every disk that is up must have reported first
+        if self.parts or any(rr.state is not None for r in self.recovery.values() for rr in r.values()):
+            # A layout exists; a partition no disk knows was never created (the controller stopped while
+            # creating), unless its replicas are all away: every node any state names must have reported.
+            named = {n for a in self.parts.values() for n in a.replicas}
+            named |= {n for r in self.recovery.values() for rr in r.values() if rr.state for n in rr.state.replicas}
+            if any(n not in alive for n in named):
+                return
+        elif len(alive) < self.s.replication_factor:
+            return  # Kafka creates __consumer_offsets only once replication.factor brokers are alive
+        nodes = sorted(alive)
+        target = plan(self.s.num_partitions, nodes, self.parts or None, self.s.replication_factor)
+        for p in missing:
+            self.change(p, bump(target.partitions[p]), "created")
+        self.event("partitions-created", partitions=missing, nodes=nodes)
+
+    # --- 4. failures --------------------------------------------------------------------------
+    def failures(self) -> None:
+        gone = set(self.dead_since) | self.restarted
+        alive = self.alive()
+        for p in sorted(self.parts):
+            a = self.parts[p]
+            if a.leader is not None and a.leader in gone:
+                why = "restarted" if a.leader in self.restarted else "dead"
+                self.failover(p, f"leader node {a.leader} {why}", exclude=a.leader)
+            elif a.leader is not None and a.leader not in a.replicas:
+                self.failover(p, f"leader {a.leader} is no longer a replica", exclude=a.leader)
+            a = self.parts[p]
+            if a.leader is not None:
+                drop = [n for n in a.isr if n in gone and n != a.leader]
+                if drop:
+                    self.change(p, bump(a, isr=tuple(n for n in a.isr if n not in drop)),
+                                f"{', '.join(drop)} left the ISR")
+                    self.event("isr-shrink", partition=p, nodes=drop)
+            else:
+                new = elect_leader(a, sorted(alive))
+                isr = a.isr
+                if new is None and self.s.unclean_election:
+                    new = elect_leader(a, sorted(alive), unclean=True)
+                    isr = (new,) if new is not None else isr
+                if new is not None:
+                    b = bump(a, leader=new, leader_epoch=a.leader_epoch + 1,
+                             isr=tuple(n for n in isr if n in alive))
+                    self.change(p, b, f"in-sync replica {new} is back")
+                    self.event("failover", partition=p, reason="replica back", old=None, new=new,
+                               epoch=b.leader_epoch)
+
+    # --- 5. shards ----------------------------------------------------------------------------
+    def shard_health(self) -> None:
+        for p in sorted(self.parts):
+            a = self.parts[p]
+            if a.leader is None or self.leader_changed(p):
+                continue  # offline, or a new leader or epoch this round (its new shard is started below)
+            o = self.obs.shards.get(p)
+            t = self.shards.get(p)
+            if o is None or o.actor_state in (None, "DEAD"):
+                self.start(p, a.leader, "no shard actor")
+                continue
+            if t is None or t.actor_id != o.actor_id:
+                # First sight of this actor: created by the last round (keep its start time) or unknown.
+                ours = t is not None and t.actor_id is None and t.node == a.leader
+                t = ShardTrack(a.leader, t.since_ms if ours else self.now, o.actor_id)
+            if o.actor_state in STARTING and t.first_answer_ms is not None:
+                t = ShardTrack(a.leader, self.now, o.actor_id)  # Ray is restarting it: a new start
+            if o.answer is not None:
+                t = replace(t, first_answer_ms=t.first_answer_ms or self.now, last_answer_ms=self.now)
+                self.shards[p] = t
+                if o.node is not None and o.node != a.leader:
+                    self.start(p, a.leader, f"a shard on {o.node} holds the name; the leader is {a.leader}")
+                elif o.answer not in HEALTHY:
+                    self.unhealthy(p, t, f"leader shard answers {o.answer}")
+                continue
+            self.shards[p] = t
+            if o.actor_state in STARTING or t.first_answer_ms is None:
+                if self.now - t.since_ms > self.s.shard_start_timeout_ms:
+                    self.unhealthy(p, t, f"shard did not start within {self.s.shard_start_timeout_ms} ms")
+                continue
+            if self.now - t.last_answer_ms > self.s.shard_silence_ms:
+                self.unhealthy(p, t, f"leader shard silent for {self.now - t.last_answer_ms} ms")
+
+    def unhealthy(self, p: int, t: ShardTrack, reason: str) -> None:
+        a = self.parts[p]
+        others = [n for n in a.isr if n != a.leader and n in self.alive() - self.restarted]
+        if others:
+            self.failover(p, reason, exclude=a.leader)
+        elif self.now - t.since_ms >= self.s.shard_silence_ms:  # at most one restart in place per silence
+            self.start(p, a.leader, f"{reason}; restarted in place (no other in-sync replica)")
+            self.event("shard-restart", partition=p, node=a.leader, reason=reason)
+
+    # --- 6. placement -------------------------------------------------------------------------
+    def replan(self) -> None:
+        if len(self.parts) < self.s.num_partitions:
+            return  # still recovering: a plan would lay out the missing partitions afresh
+        grace = self.s.node_replacement_delay_ms
+        nodes = sorted(self.alive() | {n for n, t in self.dead_since.items()
+                                       if self.now - t < grace and n not in self.refused})
+        if not nodes or tuple(nodes) == self.placed_on:
+            return
+        target = plan(self.s.num_partitions, nodes, self.parts, self.s.replication_factor)
+        self.placed_on = tuple(nodes)
+        for p, t in sorted(target.partitions.items()):
+            a = self.parts[p]
+            if t.replicas == a.replicas:
+                continue
+            isr = tuple(n for n in a.isr if n in t.replicas) or a.isr
+            self.change(p, bump(a, replicas=t.replicas, isr=isr), f"replicas {list(a.replicas)} -> {list(t.replicas)}")
+            self.event("replicas-moved", partition=p, old=list(a.replicas), new=list(t.replicas))
+            if a.leader is not None and a.leader not in t.replicas:
+                self.failover(p, f"leader {a.leader} is no longer a replica", exclude=a.leader)
+
+    # --- 7. leader balance --------------------------------------------------------------------
+    def balance(self) -> None:
+        if self.reasons or self.to_start or len(self.parts) < self.s.num_partitions:
+            return
+        serving = all(a.leader is not None and self.obs.shards.get(p, ShardObservation(None)).answer == "ACTIVE"
+                      for p, a in self.parts.items())
+        if not serving:
+            return
+        if self.started is None:
+            self.started = self.last_balance = self.now  # start-up is over; balance from now on
+            self.event("deployment-serving")
+            return
+        if self.now - self.last_balance < self.s.leader_balance_interval_ms:
+            return
+        self.last_balance = self.now
+        live = sorted(self.alive() - self.restarted)
+        if not needs_leader_rebalance(self.parts, live):
+            return
+        for p in sorted(self.parts):
+            a = self.parts[p]
+            preferred = a.replicas[0]
+            if a.leader != preferred and preferred in live and preferred in a.isr:
+                b = bump(a, leader=preferred, leader_epoch=a.leader_epoch + 1)
+                self.change(p, b, f"preferred leader {preferred}")
+                self.event("preferred-leader", partition=p, old=a.leader, new=preferred, epoch=b.leader_epoch)
+
+    # --- result -------------------------------------------------------------------------------
+    def result(self) -> Decision:
+        actions: list[Action] = list(self.events)
+        for p in sorted(self.reasons):
+            actions.append(Commit(p, self.parts[p], self.meta.partitions.get(p), self.reasons[p]))
+        for p in sorted(set(self.reasons) | set(self.to_start)):
+            a = self.parts[p]
+            old = self.meta.partitions.get(p)
+            if a.leader is None:
+                if old is not None and old.leader is not None:
+                    actions.append(StopShard(p, self.reasons.get(p, "offline")))
+                self.shards.pop(p, None)
+            elif p in self.to_start:
+                actions.append(StartShard(p, *self.to_start[p]))
+            elif self.leader_changed(p):
+                # A leader or epoch chosen here (not by the shard's own start): whatever shard holds the
+                # name is not it.
+                actions.append(StartShard(p, a.leader, self.reasons[p]))
+                self.shards[p] = ShardTrack(a.leader, self.now)
+        if any(self.leader_changed(p) for p in self.reasons) or self.to_start:
+            self.last_balance = self.now  # let leadership settle for a whole interval before balancing
+        meta = replace(
+            self.meta, incarnations=self.incarnations, dead_since_ms=self.dead_since, reported=self.reported,
+            refused=self.refused, recovery=self.recovery, shards=self.shards, placed_on=self.placed_on,
+            started_ms=self.started, last_balance_ms=self.last_balance,
+        )
+        return Decision(meta, tuple(actions))
+
+
+def decide(meta: Metadata, obs: Observations, now_ms: int) -> Decision:
+    """One round of the controller (see the module docstring for the rules, in order)."""
+    r = _Round(meta, obs, now_ms)
+    r.nodes()
+    r.reports()
+    r.mark_dead()
+    r.create()
+    r.failures()
+    r.shard_health()
+    r.replan()
+    r.balance()
+    return r.result()
+
+
+# --------------------------------------------------------------------------- leaders' requests
+
+
+def on_leader_started(meta: Metadata, partition: int, node: str) -> PartitionAssignment | None:
+    """A shard on ``node`` is about to serve ``partition``: a fresh epoch above every earlier incarnation's
+    (the commit fences every replica at it), or None if ``node`` does not lead the partition."""
+    a = meta.partitions.get(partition)
+    if a is None or a.leader != node:
+        return None
+    return bump(a, leader_epoch=a.leader_epoch + 1)
+
+
+def on_shrink_isr(meta: Metadata, partition: int, leader_epoch: int, node: str) -> tuple[bool, PartitionAssignment | None]:
+    """The leader of ``leader_epoch`` drops ``node`` from the ISR: ``(accepted, new state or None if no change)``."""
+    a = meta.partitions.get(partition)
+    if a is None or a.leader_epoch != leader_epoch or node == a.leader:
+        return False, None
+    if node not in a.isr:
+        return True, None
+    return True, bump(a, isr=tuple(n for n in a.isr if n != node))
+
+
+def on_expand_isr(meta: Metadata, partition: int, leader_epoch: int, node: str) -> tuple[bool, PartitionAssignment | None]:
+    """The leader of ``leader_epoch`` caught ``node`` up to its log end: it rejoins the ISR."""
+    a = meta.partitions.get(partition)
+    if a is None or a.leader_epoch != leader_epoch or node not in a.replicas:
+        return False, None
+    if node in a.isr:
+        return True, None
+    return True, bump(a, isr=(*a.isr, node))
+
+
+# --------------------------------------------------------------------------- readiness
+
+
+def readiness(meta: Metadata, obs: Observations | None) -> dict:
+    """Whether every partition has a leader whose shard answered ACTIVE in the last round, and if not,
+    what the deployment is waiting for (one sentence)."""
+    s = meta.settings
+    if obs is None:
+        return {"ready": False, "waiting_for": "the controller's first look at the cluster"}
+    alive = obs.alive() - set(meta.refused)
+    if meta.refused:
+        name, why = sorted(meta.refused.items())[0]
+        return {"ready": False, "waiting_for": f"node {name} is refused: {why}"}
+    if not meta.partitions and not meta.recovery:
+        if len(alive) < s.replication_factor:
+            return {"ready": False, "waiting_for": (
+                f"{s.replication_factor} coordinator nodes (offsets.topic.replication.factor); "
+                f"{len(alive)} alive: {', '.join(sorted(alive)) or 'none'}")}
+        return {"ready": False, "waiting_for": "the partitions to be created"}
+    missing = [p for p in range(s.num_partitions) if p not in meta.partitions]
+    if missing:
+        return {"ready": False, "waiting_for": (
+            f"partitions {_short(missing)} to be recovered: not enough of their replicas have reported")}
+    offline = [p for p, a in meta.partitions.items() if a.leader is None]
+    if offline:
+        return {"ready": False, "waiting_for": f"offline partitions {_short(offline)}: no in-sync replica is alive"}
+    starting = [p for p in sorted(meta.partitions) if obs.shards.get(p, ShardObservation(None)).answer != "ACTIVE"]
+    if starting:
+        return {"ready": False, "waiting_for": f"the shards of partitions {_short(starting)} to serve"}
+    return {"ready": True, "waiting_for": None}
+
+
+def _short(items: list[int]) -> str:
+    return ", ".join(map(str, sorted(items)[:10])) + (f" and {len(items) - 10} more" if len(items) > 10 else "")

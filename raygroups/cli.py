@@ -1,0 +1,132 @@
+"""The ``raygroups`` command line (also ``python -m raygroups``), on click with rich output.
+
+Exit codes: 0 ok, 1 error (one sentence on stderr, nothing changed), 2 usage. Every command takes
+``--json`` for machines.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from typing import Any
+
+import click
+
+from raygroups import __version__
+from raygroups.cluster import DEFAULT_NAMESPACE, READY_TIMEOUT_S
+
+_ERRORS = (ValueError, TypeError, TimeoutError, RuntimeError, ConnectionError)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="raygroups")
+def main() -> None:
+    """raygroups: Apache Kafka's consumer-group coordinator as an actor system on Ray."""
+
+
+def _parse_config(items: tuple[str, ...]) -> dict[str, int]:
+    config: dict[str, int] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--config")
+        try:
+            config[key.strip()] = int(value.strip())
+        except ValueError:
+            raise click.BadParameter(f"{key}: {value!r} is not an integer", param_hint="--config") from None
+    return config
+
+
+def _init_ray(address: str) -> None:
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+
+
+def _fail(error: BaseException) -> None:
+    click.echo(f"error: {error}", err=True)
+    sys.exit(1)
+
+
+def deployment_summary(cluster: Any) -> dict:
+    """What ``deploy`` shows: the deployment, its nodes, whether it serves, and every partition."""
+    readiness = cluster.readiness()
+    partitions = []
+    for p in range(cluster.num_partitions):
+        state = cluster.partition_state(p)
+        partitions.append({"partition": p, **(state or {"replicas": None, "leader": None, "leader_epoch": None,
+                                                        "isr": None, "partition_epoch": None})})
+    return {"namespace": cluster.namespace, "num_partitions": cluster.num_partitions, "data_dir": cluster.data_dir,
+            "nodes": cluster.nodes(), "ready": readiness["ready"], "waiting_for": readiness["waiting_for"],
+            "partitions": partitions}
+
+
+def _print_summary(summary: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    nodes = summary["nodes"]
+    alive = sorted(n for n, info in nodes.items() if info["alive"])
+    console.print(f"deployment [bold]{summary['namespace']}[/]: {summary['num_partitions']} partitions, "
+                  f"data under {summary['data_dir']}/<node>, coordinator nodes alive: {', '.join(alive) or 'none'}")
+    for name, info in sorted(nodes.items()):
+        if info["refused"]:
+            console.print(f"[red]node {name} refused:[/] {info['refused']}")
+        elif not info["labelled"]:
+            console.print(f"[yellow]node {name} has no raygroups.io/node label: after a restart it is a new node[/]")
+    if summary["ready"]:
+        console.print("[green]serving[/]: every partition has a leader whose shard is ACTIVE")
+    else:
+        console.print(f"[yellow]not serving yet[/]: waiting for {summary['waiting_for']}")
+    if not any(p["replicas"] for p in summary["partitions"]):
+        return
+    table = Table("partition", "leader", "epoch", "in-sync replicas", "replicas")
+    for p in summary["partitions"]:
+        if p["replicas"] is None:
+            table.add_row(str(p["partition"]), "-", "-", "-", "-")
+            continue
+        leader = p["leader"] or "[red]offline[/]"
+        table.add_row(str(p["partition"]), leader, str(p["leader_epoch"]), ",".join(p["isr"]), ",".join(p["replicas"]))
+    console.print(table)
+
+
+@main.command()
+@click.option("--address", default="auto", show_default=True, help="The Ray cluster to deploy on.")
+@click.option("--data-dir", required=True,
+              help="Absolute path present on every coordinator node; each node keeps its replicas under "
+                   "<data-dir>/<node name>.")
+@click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True, help="Ray namespace of the deployment.")
+@click.option("--partitions", "num_partitions", type=click.IntRange(1, 10_000), default=50, show_default=True,
+              help="Number of __consumer_offsets partitions (fixed for the life of the deployment).")
+@click.option("--config", "config_items", multiple=True, metavar="KEY=VALUE",
+              help="A Kafka property such as offsets.topic.replication.factor=3 (repeatable).")
+@click.option("--wait/--no-wait", default=True, show_default=True,
+              help="Return once every partition is served (--no-wait: once the controller runs; partitions "
+                   "come up as coordinator nodes join).")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=READY_TIMEOUT_S, show_default=True,
+              help="Seconds to wait for the deployment.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def deploy(address: str, data_dir: str, namespace: str, num_partitions: int, config_items: tuple[str, ...],
+           wait: bool, timeout_s: float, as_json: bool) -> None:
+    """Create, or resume, a replicated deployment on a Ray cluster (idempotent)."""
+    from raygroups.deployment import deploy as deploy_deployment
+
+    config = _parse_config(config_items) or None
+    try:
+        _init_ray(address)
+        cluster = deploy_deployment(address, data_dir=data_dir, namespace=namespace, num_partitions=num_partitions,
+                                    config=config, wait=wait, timeout_s=timeout_s)
+        summary = deployment_summary(cluster)
+    except _ERRORS as e:
+        _fail(e)
+    if as_json:
+        click.echo(json.dumps(summary, sort_keys=True))
+    else:
+        _print_summary(summary)
+
+
+if __name__ == "__main__":
+    main()

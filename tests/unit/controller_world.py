@@ -1,0 +1,218 @@
+"""A Ray-free world for the controller's pure decisions: nodes that die, restart and pause, shard actors
+that take their time to start, disks that keep partition states. ``World.step`` observes the world as the
+controller actor does, calls ``placement.decide.decide`` and performs its actions as the actor does
+(commit = persist on the alive replicas' disks, leader and ISR required, then the cache; start shard =
+replace the actor holding the shard's name). The decisions under test are the real ones; only Ray and
+the disks are played by this file."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from placement.decide import (
+    Commit,
+    Event,
+    Metadata,
+    NodeReport,
+    Observations,
+    ReplicaReport,
+    Settings,
+    ShardObservation,
+    StartShard,
+    StopShard,
+    bump,
+    decide,
+    on_expand_isr,
+    on_leader_started,
+    on_shrink_isr,
+)
+from placement.nodes import NodeObservation
+
+NODES = ("node-0", "node-1", "node-2")
+
+
+@dataclass
+class FakeShard:
+    partition: int
+    node: str
+    actor_id: str
+    alive_at_ms: int  # Ray has started its process from then on
+    incarnation: str  # the node incarnation it runs on
+    epoch: int | None = None  # granted by leader_started; None until then
+    state: str = "INITIAL"
+    killed: bool = False
+
+
+class World:
+    def __init__(self, nodes=NODES, num_partitions=4, rf=3, min_isr=2, start_delay_ms=500, **settings) -> None:
+        self.settings = Settings(num_partitions, rf, min_isr, **settings)
+        self.meta = Metadata(self.settings)
+        self.now = 0
+        self.node_ids: dict[str, str] = {}
+        self.alive: dict[str, bool] = {}
+        self.paused: set[str] = set()  # nodes whose shard processes are stopped (SIGSTOP)
+        self.disks: dict[str, dict[int, ReplicaReport]] = {}
+        self.descriptors: dict[str, int] = {}
+        self.gcs: dict = {}
+        self.shards: dict[int, FakeShard] = {}
+        self.start_delay_ms = start_delay_ms
+        self.events: list[dict] = []
+        self.starts: list[tuple[int, str]] = []
+        self._ids = 0
+        for n in nodes:
+            self.boot(n)
+
+    # --- the environment -------------------------------------------------------------------------
+    def _next_id(self, prefix: str) -> str:
+        self._ids += 1
+        return f"{prefix}{self._ids}"
+
+    def boot(self, name: str) -> None:
+        """A node (re)starts under ``name``: a new Ray node id, the same disk."""
+        self.node_ids[name] = self._next_id(f"{name}#")
+        self.alive[name] = True
+        self.disks.setdefault(name, {})
+
+    def kill(self, name: str) -> None:
+        self.alive[name] = False
+
+    def observe(self) -> Observations:
+        nodes = {n: NodeObservation(n, self.node_ids[n], self.alive[n], True) for n in self.node_ids}
+        reports = {}
+        for n in nodes:
+            if self.alive[n] and self.meta.reported.get(n) != self.node_ids[n]:
+                self.descriptors.setdefault(n, self.settings.num_partitions)
+                reports[n] = NodeReport(self.node_ids[n], self.descriptors[n], dict(self.disks[n]))
+        shards = {p: self._observe_shard(p) for p, a in self.meta.partitions.items() if a.leader is not None}
+        return Observations(nodes, shards, reports)
+
+    def _observe_shard(self, p: int) -> ShardObservation:
+        s = self.shards.get(p)
+        if s is None or s.killed:
+            return ShardObservation(None)
+        if not self.alive[s.node] or self.node_ids[s.node] != s.incarnation:
+            return ShardObservation("RESTARTING", s.actor_id)  # Ray waits for a node with its label
+        if self.now < s.alive_at_ms:
+            return ShardObservation("PENDING_CREATION", s.actor_id)
+        if s.node in self.paused:
+            return ShardObservation("ALIVE", s.actor_id)
+        answer = s.state
+        if s.state == "INITIAL":  # first probe: the process is up; it asks for its epoch, then loads
+            granted = self.leader_started(p, s.node)
+            s.epoch, s.state = (granted, "LOADING") if granted is not None else (None, "FAILED")
+        elif s.state == "LOADING":
+            s.state = "ACTIVE"
+        return ShardObservation("ALIVE", s.actor_id, answer, s.node)
+
+    # --- the controller's side ---------------------------------------------------------------------
+    def step(self, advance_ms: int = 200):
+        self.now += advance_ms
+        observations = self.observe()  # first: shards answering may have committed their epochs
+        decision = decide(self.meta, observations, self.now)
+        self.meta = decision.metadata
+        failed = set()
+        for action in decision.actions:
+            if isinstance(action, Event):
+                self.events.append({"t": self.now, **action.as_dict()})
+            elif isinstance(action, Commit) and not self.commit(action.partition, action.assignment, action.previous):
+                failed.add(action.partition)
+        if failed:
+            self.meta = replace(self.meta, placed_on=())
+        for action in decision.actions:
+            if isinstance(action, StartShard) and action.partition not in failed:
+                self.start_shard(action.partition, action.node)
+            elif isinstance(action, StopShard) and action.partition not in failed:
+                self.shards.pop(action.partition, None)
+        return decision
+
+    def run(self, ms: int, advance_ms: int = 200) -> None:
+        for _ in range(ms // advance_ms):
+            self.step(advance_ms)
+
+    def run_until(self, condition, limit_ms: int = 120_000, advance_ms: int = 200) -> None:
+        waited = 0
+        while not condition():
+            assert waited < limit_ms, f"not reached in {limit_ms} ms: {self.meta.partitions} {self.events[-5:]}"
+            self.step(advance_ms)
+            waited += advance_ms
+
+    def commit(self, p, a, previous) -> bool:
+        current = self.meta.partitions.get(p)
+        if current is not None and current.partition_epoch >= a.partition_epoch:
+            return False
+        targets = (set(a.replicas) | set(previous.replicas if previous else ())) & self.up()
+        required = ({a.leader} | set(a.isr)) - {None}
+        if not (required & self.up()) <= targets:
+            return False
+        for n in targets:
+            old = self.disks[n].get(p, ReplicaReport(None))
+            fence = max(old.fenced_epoch, a.leader_epoch)
+            self.disks[n][p] = ReplicaReport(a if n in a.replicas or old.state else old.state, fence)
+        self.meta = self.meta.with_partition(p, a)
+        self.gcs[p] = a
+        return True
+
+    def up(self) -> set[str]:
+        return {n for n, ok in self.alive.items() if ok}
+
+    def start_shard(self, p: int, node: str) -> None:
+        old = self.shards.get(p)
+        if old is not None:
+            old.killed = True
+        self.starts.append((p, node))
+        self.shards[p] = FakeShard(p, node, self._next_id("actor-"), self.now + self.start_delay_ms,
+                                   self.node_ids[node])
+
+    def leader_started(self, p: int, node: str) -> int | None:
+        new = on_leader_started(self.meta, p, node)
+        if new is None or not self.commit(p, new, self.meta.partitions[p]):
+            return None
+        return new.leader_epoch
+
+    def shrink(self, p: int, node: str) -> bool:
+        ok, new = on_shrink_isr(self.meta, p, self.meta.partitions[p].leader_epoch, node)
+        return ok and (new is None or self.commit(p, new, self.meta.partitions[p]))
+
+    def expand(self, p: int, node: str) -> bool:
+        ok, new = on_expand_isr(self.meta, p, self.meta.partitions[p].leader_epoch, node)
+        return ok and (new is None or self.commit(p, new, self.meta.partitions[p]))
+
+    def restart_controller(self, keep_gcs: bool = True) -> None:
+        """A new controller: empty memory, the GCS cache if it survived."""
+        self.meta = Metadata(self.settings, partitions=dict(self.gcs) if keep_gcs else {})
+        if not keep_gcs:
+            self.gcs = {}
+
+    def full_restart(self, nodes) -> None:
+        """Every process stops (head included: GCS gone); ``nodes`` boot again with their disks."""
+        self.shards = {}
+        for n in list(self.alive):
+            self.alive[n] = False
+        self.restart_controller(keep_gcs=False)
+        for n in nodes:
+            self.boot(n)
+
+    # --- what tests look at --------------------------------------------------------------------
+    def state(self, p: int):
+        return self.meta.partitions.get(p)
+
+    def serving(self) -> bool:
+        """Every partition led, its shard alive on the leader with the leader's epoch and ACTIVE."""
+        if len(self.meta.partitions) < self.settings.num_partitions:
+            return False
+        for p, a in self.meta.partitions.items():
+            s = self.shards.get(p)
+            if a.leader is None or s is None or s.killed or s.node != a.leader or s.epoch != a.leader_epoch \
+                    or s.state != "ACTIVE" or not self.alive[s.node]:
+                return False
+        return True
+
+    def catch_up(self, p: int) -> None:
+        """What the leader's maintenance does: every alive replica out of the ISR rejoins it."""
+        a = self.meta.partitions[p]
+        for n in a.replicas:
+            if n not in a.isr and self.alive.get(n):
+                assert self.expand(p, n)
+
+
+__all__ = ["NODES", "World", "bump"]

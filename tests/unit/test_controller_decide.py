@@ -1,0 +1,330 @@
+"""The controller's decisions, without Ray: every failover case of the multi-node tests, start-up races,
+restarts under a node's name, and recovery of the metadata from the nodes' disks (``placement.decide``).
+Each test drives a ``World`` with a manual clock and asserts on partition states, epochs and shards."""
+
+from __future__ import annotations
+
+import pytest
+
+from placement.decide import (
+    Commit,
+    Metadata,
+    NodeReport,
+    Observations,
+    ReplicaReport,
+    Settings,
+    ShardObservation,
+    StartShard,
+    decide,
+    on_expand_isr,
+    on_shrink_isr,
+    readiness,
+)
+from placement.nodes import NodeObservation, coordinator_nodes, name_of, scheduling_for, validate_node_name
+from placement.plan import PartitionAssignment
+from tests.unit.controller_world import World
+
+
+def up(w: World) -> World:
+    w.run_until(w.serving)
+    return w
+
+
+def leaders(w: World) -> dict[int, str | None]:
+    return {p: a.leader for p, a in w.meta.partitions.items()}
+
+
+def test_a_new_deployment_waits_for_replication_factor_nodes_then_lays_out_every_partition():
+    w = World(nodes=("node-0",))
+    w.run(5_000)
+    assert w.meta.partitions == {}
+    assert "3 coordinator nodes" in readiness(w.meta, w.observe())["waiting_for"]
+    w.boot("node-1")
+    w.boot("node-2")
+    up(w)
+    for p, a in w.meta.partitions.items():
+        assert a.replicas[0] == f"node-{p % 3}" and a.leader == a.replicas[0]  # Kafka's round-robin layout
+        assert set(a.isr) == set(a.replicas) == {"node-0", "node-1", "node-2"}
+        assert a.leader_epoch == 1  # granted by the shard's start, above the creation's 0
+        assert w.disks[a.leader][p].state == a  # persisted on the replicas before it took effect
+    assert readiness(w.meta, w.observe()) == {"ready": True, "waiting_for": None}
+
+
+def test_a_shard_that_takes_ten_seconds_to_start_is_not_silent():
+    w = up(World(start_delay_ms=10_000))
+    starts = list(w.starts)
+    assert len(starts) == 4  # one start per partition, none replaced while Ray was starting them
+    assert all(not e["event"].startswith("failover") for e in w.events)
+
+
+def test_a_shard_that_never_starts_is_replaced_after_the_start_deadline():
+    w = World(start_delay_ms=10**9, shard_start_timeout_ms=20_000)
+    w.run(19_000)
+    assert len(w.starts) == 4
+    w.run(3_000)
+    failovers = [e for e in w.events if e["event"] == "failover"]
+    assert failovers and all("did not start within 20000 ms" in e["reason"] for e in failovers)
+    assert all(a.leader != a.replicas[0] for a in w.meta.partitions.values())  # moved to the next ISR member
+
+
+def test_a_paused_leader_is_failed_over_after_the_silence_and_its_shard_replaced():
+    w = up(World())
+    p = 1
+    old = w.state(p)
+    w.paused.add(old.leader)
+    w.run(2_800)
+    assert w.state(p).leader == old.leader  # 3 s of silence not reached yet
+    w.run_until(lambda: w.state(p).leader != old.leader, limit_ms=2_000)
+    new = w.state(p)
+    assert new.leader in old.isr and new.leader_epoch > old.leader_epoch and old.leader not in new.isr
+    assert all(w.disks[n][p].fenced_epoch >= new.leader_epoch for n in old.replicas)  # every replica fenced
+    assert w.shards[p].node == new.leader  # the paused actor was replaced, on the new leader's node
+    # The paused node resumes: its old shard is gone, the new leader serves, it is caught up and rejoins.
+    w.paused.clear()
+    w.run_until(w.serving)
+    w.catch_up(p)
+    assert old.leader in w.state(p).isr
+
+
+def test_a_killed_leader_node_fails_over_and_the_node_returning_under_its_name_rejoins():
+    w = up(World())
+    victim = "node-0"
+    led = [p for p, n in leaders(w).items() if n == victim]
+    epochs = {p: w.state(p).leader_epoch for p in led}
+    w.kill(victim)
+    w.step()
+    for p in range(4):
+        a = w.state(p)
+        assert a.leader != victim and victim not in a.isr and victim in a.replicas  # kept as a replica
+    for p in led:
+        assert w.state(p).leader_epoch > epochs[p]
+    w.run_until(w.serving)
+    w.boot(victim)  # same name, new Ray node id, same disk
+    w.run(1_000)
+    assert any(e["event"] == "node-restarted" for e in w.events)
+    for p in range(4):
+        w.catch_up(p)
+        assert victim in w.state(p).isr and victim in w.state(p).replicas
+    w.run(12_000)  # preferred-leader balancing brings leadership back
+    assert [p for p, n in leaders(w).items() if n == victim] == led
+    assert w.serving()
+
+
+def test_an_offline_partition_comes_back_when_an_in_sync_replica_returns_and_never_elects_outside_the_isr():
+    w = up(World(num_partitions=1))
+    p = 0
+    a = w.state(p)
+    f1, f2 = [n for n in a.replicas if n != a.leader]
+    assert w.shrink(p, f1)  # f1 fell behind and left the ISR
+    w.kill(f2)
+    w.step()
+    w.kill(a.leader)
+    w.step()
+    off = w.state(p)
+    assert off.leader is None and set(off.isr) == {a.leader}  # f2 dropped while the leader lived
+    w.run(10_000)
+    assert w.state(p).leader is None  # f1 is alive but out of sync: no unclean election
+    assert f1 not in w.state(p).isr
+    w.boot(a.leader)
+    w.run_until(w.serving)
+    back = w.state(p)
+    assert back.leader == a.leader and back.leader_epoch > off.leader_epoch
+
+
+def test_unclean_election_when_configured():
+    w = up(World(num_partitions=1, unclean_election=True))
+    a = w.state(0)
+    f1, f2 = [n for n in a.replicas if n != a.leader]
+    w.shrink(0, f1)
+    w.kill(f2)
+    w.step()
+    w.kill(a.leader)
+    w.run_until(w.serving)
+    assert w.state(0).leader == f1 and w.state(0).isr == (f1,)
+
+
+def test_a_controller_restart_mid_failover_starts_the_new_leaders_shard_and_replaces_the_old_one():
+    w = up(World(num_partitions=1))
+    old = w.state(0)
+    new_leader = old.isr[1]
+    # The failover was committed (disks and GCS) but the controller stopped before starting the shard:
+    moved = Commit(0, old.__class__(old.replicas, new_leader, old.leader_epoch + 1,
+                                    tuple(n for n in old.isr if n != old.leader), old.partition_epoch + 1), old, "x")
+    assert w.commit(moved.partition, moved.assignment, moved.previous)
+    w.restart_controller(keep_gcs=True)
+    w.step()
+    assert w.shards[0].node == new_leader  # the stale shard on the old leader was replaced
+    w.run_until(w.serving)
+    assert w.state(0).leader == new_leader
+
+
+def test_a_controller_restart_changes_nothing_when_all_is_well():
+    w = up(World())
+    before = dict(w.meta.partitions)
+    starts = len(w.starts)
+    w.restart_controller(keep_gcs=True)
+    w.run(5_000)
+    assert w.meta.partitions == before and len(w.starts) == starts
+
+
+def test_a_full_restart_recovers_every_partition_from_the_disks():
+    w = up(World())
+    before = dict(w.meta.partitions)
+    w.full_restart(["node-0", "node-1", "node-2"])
+    up(w)
+    for p, a in w.meta.partitions.items():
+        b = before[p]
+        assert (a.leader, a.replicas, a.isr) == (b.leader, b.replicas, b.isr)
+        assert a.leader_epoch > b.leader_epoch and a.partition_epoch > b.partition_epoch
+
+
+def test_a_full_restart_with_one_node_missing_recovers_and_elects_from_the_last_isr():
+    w = up(World())
+    before = dict(w.meta.partitions)
+    w.full_restart(["node-1", "node-2"])
+    up(w)
+    for p, a in w.meta.partitions.items():
+        assert a.leader in before[p].isr and a.leader != "node-0"
+        assert a.replicas == before[p].replicas  # node-0 keeps its replicas for the replacement delay
+    w.boot("node-0")
+    w.run(1_000)
+    for p in range(4):
+        w.catch_up(p)
+    assert all("node-0" in a.isr for a in w.meta.partitions.values())
+
+
+def test_a_full_restart_with_one_node_alone_waits_for_a_quorum_of_disks():
+    w = up(World())
+    w.full_restart(["node-2"])
+    w.run(10_000)
+    assert w.meta.partitions == {}  # 1 of 3 replicas: its state may be stale, nothing is elected
+    assert "to be recovered" in readiness(w.meta, w.observe())["waiting_for"]
+    w.boot("node-0")
+    up(w)
+
+
+def test_a_stale_lone_replica_never_leads_after_a_full_restart():
+    # node-2 left the ISR; then node-0 and node-1 acknowledged writes alone and were lost with the head.
+    w = up(World(num_partitions=1))
+    a = w.state(0)
+    stale = [n for n in a.replicas if n != a.leader][-1]
+    assert w.shrink(0, stale)
+    w.kill(stale)  # and node-2's disk keeps the old ISR, which still names it
+    w.step()
+    w.full_restart([stale])
+    w.run(30_000)
+    assert w.meta.partitions == {}
+
+
+def test_a_flapping_leader_keeps_electing_from_the_isr_with_growing_epochs():
+    w = up(World(num_partitions=1))
+    epochs = [w.state(0).leader_epoch]
+    for _ in range(6):
+        victim = w.state(0).leader
+        w.kill(victim)
+        w.run_until(lambda v=victim: w.serving() and w.state(0).leader != v)
+        a = w.state(0)
+        assert a.leader in a.isr and a.leader_epoch > epochs[-1]
+        epochs.append(a.leader_epoch)
+        w.boot(victim)
+        w.run(1_000)
+        w.catch_up(0)
+    assert epochs == sorted(set(epochs))
+
+
+def test_leaders_are_not_rebalanced_while_the_deployment_is_starting():
+    w = World(start_delay_ms=30_000, leader_balance_interval_ms=1_000)
+    w.run(1_000)
+    w.kill("node-0")  # its partitions move to their second replicas while every shard is still starting
+    w.run(1_000)
+    w.boot("node-0")
+    w.run(1_000)
+    for p in range(4):
+        w.catch_up(p)
+    assert [p for p, n in leaders(w).items() if n == "node-0"] == []  # imbalanced: node-0 prefers 0 and 3
+    w.run(25_000)
+    assert w.meta.started_ms is None and not any(e["event"] == "preferred-leader" for e in w.events)
+    w.run_until(lambda: any(e["event"] == "preferred-leader" for e in w.events), limit_ms=60_000)
+    w.run_until(w.serving)
+    assert [p for p, n in leaders(w).items() if n == "node-0"] == [0, 3]
+
+
+def test_a_dead_node_is_replaced_after_the_replacement_delay():
+    w = up(World(nodes=("node-0", "node-1", "node-2", "node-3"), num_partitions=4, node_replacement_delay_ms=30_000))
+    w.kill("node-3")
+    w.run(20_000)
+    assert any("node-3" in a.replicas for a in w.meta.partitions.values())  # still expected back
+    w.run(12_000)
+    assert all("node-3" not in a.replicas for a in w.meta.partitions.values())
+    assert all(len(a.replicas) == 3 for a in w.meta.partitions.values())
+
+
+def test_a_node_whose_disk_belongs_to_another_deployment_is_refused():
+    w = World(nodes=("node-0", "node-1", "node-2", "node-3"))
+    w.descriptors["node-3"] = 8
+    up(w)
+    assert "node-3" in w.meta.refused and all("node-3" not in a.replicas for a in w.meta.partitions.values())
+    assert readiness(w.meta, w.observe())["waiting_for"].startswith("node node-3 is refused")
+
+
+def test_a_newer_state_on_disk_than_in_the_cache_wins():
+    w = up(World(num_partitions=1))
+    a = w.state(0)
+    newer = PartitionAssignment(a.replicas, a.leader, a.leader_epoch + 3, a.isr, a.partition_epoch + 5)
+    w.disks["node-1"][0] = ReplicaReport(newer, newer.leader_epoch)
+    w.restart_controller(keep_gcs=True)
+    w.step()
+    assert w.state(0).partition_epoch > newer.partition_epoch and w.state(0).leader_epoch >= newer.leader_epoch
+
+
+def test_isr_requests_are_epoch_checked():
+    w = up(World(num_partitions=1))
+    a = w.state(0)
+    f = a.isr[1]
+    assert on_shrink_isr(w.meta, 0, a.leader_epoch - 1, f) == (False, None)
+    assert on_shrink_isr(w.meta, 0, a.leader_epoch, a.leader) == (False, None)  # a leader never drops itself
+    ok, new = on_shrink_isr(w.meta, 0, a.leader_epoch, f)
+    assert ok and f not in new.isr and new.partition_epoch == a.partition_epoch + 1
+    assert on_expand_isr(w.meta, 0, a.leader_epoch, "node-9") == (False, None)
+    assert on_expand_isr(w.meta, 0, a.leader_epoch, f) == (True, None)
+
+
+def test_a_shard_found_on_another_node_than_the_leaders_is_replaced():
+    w = up(World(num_partitions=1))
+    a = w.state(0)
+    obs = w.observe()
+    shards = {0: ShardObservation("ALIVE", "someone-else", "ACTIVE", a.isr[1])}
+    d = decide(w.meta, Observations(obs.nodes, shards, {}), w.now + 200)
+    assert [(s.partition, s.node) for s in d.of(StartShard)] == [(0, a.leader)]
+
+
+def test_node_names_come_from_the_label_and_unlabelled_nodes_are_named_by_id():
+    labelled = {"NodeID": "ab" * 28, "Alive": True, "Resources": {"coordinator": 1.0},
+                "Labels": {"raygroups.io/node": "node-7"}}
+    plain = {"NodeID": "cd" * 28, "Alive": True, "Resources": {"coordinator": 1.0}, "Labels": {}}
+    head = {"NodeID": "ef" * 28, "Alive": True, "Resources": {"head": 1.0}, "Labels": {}}
+    old = {**labelled, "NodeID": "00" * 28, "Alive": False}
+    nodes = coordinator_nodes([old, labelled, plain, head])
+    assert sorted(nodes) == ["node-7", "ray-cdcdcdcdcdcd"]
+    assert nodes["node-7"].node_id == "ab" * 28 and nodes["node-7"].alive
+    assert name_of(plain) == ("ray-cdcdcdcdcdcd", False)
+    assert scheduling_for(nodes["node-7"], "node-7") == {"label_selector": {"raygroups.io/node": "node-7"}}
+    assert scheduling_for(nodes["ray-cdcdcdcdcdcd"], "ray-cdcdcdcdcdcd") == {"node_id": "cd" * 28}
+    restarted = {**labelled, "NodeID": "11" * 28}
+    # Two alive incarnations under one name (restarted before the old one was declared dead): the new one.
+    assert coordinator_nodes([labelled, restarted], {"node-7": "ab" * 28})["node-7"].node_id == "11" * 28
+    assert validate_node_name("node-0") == "node-0"
+    with pytest.raises(ValueError, match="not a valid Ray label value"):
+        validate_node_name("bad name")
+
+
+def test_settings_and_reports_are_validated():
+    with pytest.raises(ValueError, match="replication_factor must be >= 1"):
+        Settings(4, 0, 1)
+    s = Settings(4, 3, 2)
+    assert [s.recovery_quorum(n) for n in (1, 2, 3, 5)] == [1, 1, 2, 4]
+    meta = Metadata(s)
+    obs = Observations({"node-0": NodeObservation("node-0", "id0", True, True)},
+                       reports={"node-0": NodeReport("stale-incarnation", 4, {})})
+    d = decide(meta, obs, 0)
+    assert "node-0" not in d.metadata.reported  # a report from an incarnation that is gone is ignored
