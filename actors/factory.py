@@ -9,8 +9,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import ray
+from ray.experimental import internal_kv
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from actors import metadata
 from actors.log_server import LogServer, log_server_name
 from actors.shard_actor import CoordinatorShard, shard_name
 
@@ -149,6 +151,25 @@ class ActorFactory:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.05)
+
+    @staticmethod
+    def ray_nodes() -> list[dict]:
+        """Ray's node table (every node Ray has known, dead incarnations included)."""
+        return ray.nodes()
+
+    def kv_get(self, key: bytes) -> bytes | None:
+        """The deployment's entry ``key`` in the GCS key-value store (its namespace)."""
+        return internal_kv._internal_kv_get(key, namespace=self.namespace)
+
+    def kv_put(self, key: bytes, value: bytes) -> None:
+        internal_kv._internal_kv_put(key, value, overwrite=True, namespace=self.namespace)
+
+    def read_topics(self) -> tuple[dict[str, int], int]:
+        """The registered topics cached in the GCS, and their version."""
+        return metadata.read_topics_versioned(self.namespace)
+
+    def write_topics(self, topics: dict[str, int], version: int) -> None:
+        metadata.write_topics(topics, version, self.namespace)
 
     actor_id = staticmethod(actor_id)
     actor_state = staticmethod(actor_state)

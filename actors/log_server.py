@@ -27,9 +27,12 @@ from offsets_log.replica_state import (
     partition_dir,
     read_node_descriptor,
     read_replica_state,
+    read_topics_file,
     validate_partition_state,
+    validate_topics,
     write_node_descriptor,
     write_replica_state,
+    write_topics_file,
 )
 
 log = logging.getLogger(__name__)
@@ -60,6 +63,11 @@ class LogServer:
             write_node_descriptor(node_dir, node, num_partitions)
             self.descriptor = {"num_partitions": num_partitions, "node": node}
         self._load_states()
+        try:
+            self._topics, self._topics_version = read_topics_file(node_dir)
+        except ReplicaStateError as e:
+            log.error("node %s: %s", node, e)
+            self._topics, self._topics_version = {}, 0
 
     def _load_states(self) -> None:
         for name in sorted(os.listdir(self.node_dir)):
@@ -144,13 +152,24 @@ class LogServer:
                 self._released.pop(partition, None)
             return {"ok": True, "node": self.node, "partition_epoch": state["partition_epoch"]}
 
+    async def update_topics(self, topics: dict[str, int], version: int) -> dict:
+        """Persist the deployment's registered topics (a version older than the one held is refused)."""
+        topics = validate_topics(topics)
+        if version < self._topics_version:
+            return {"ok": False, "reason": "stale", "version": self._topics_version}
+        if (topics, version) != (self._topics, self._topics_version):
+            await self._run(write_topics_file, self.node_dir, topics, version)
+            self._topics, self._topics_version = topics, version
+        return {"ok": True, "version": version}
+
     async def report(self) -> dict:
-        """What this node's disk holds: its descriptor and, per partition, the persisted state and fence
-        (and the error of any state file that could not be read)."""
+        """What this node's disk holds: its descriptor, the registered topics and, per partition, the
+        persisted state and fence (and the error of any state file that could not be read)."""
         replicas = {}
         for p in sorted(set(self._states) | set(self._fenced)):
             replicas[p] = {"state": self._states.get(p), "fenced_epoch": self._fenced.get(p, -1)}
-        return {"node": self.node, "descriptor": self.descriptor, "replicas": replicas, "errors": dict(self._errors)}
+        return {"node": self.node, "descriptor": self.descriptor, "replicas": replicas, "errors": dict(self._errors),
+                "topics": dict(self._topics), "topics_version": self._topics_version}
 
     async def state(self, partition: int) -> dict:
         async with self._lock(partition):
@@ -169,9 +188,11 @@ class LogServer:
             except StaleEpochError as e:
                 return {"ok": False, "reason": "stale", "detail": str(e)}
             except (LogError, OSError, ValueError) as e:
-                state = await self._run(self._state_sync, partition)
-                return {"ok": False, "reason": "rejected", "detail": f"{type(e).__name__}: {e}",
-                        "log_end_offset": state["log_end_offset"]}
+                answer = {"ok": False, "reason": "rejected", "detail": f"{type(e).__name__}: {e}"}
+                if partition not in self._released:
+                    state = await self._run(self._state_sync, partition)
+                    answer["log_end_offset"] = state["log_end_offset"]
+                return answer
             return {"ok": True, "log_end_offset": leo}
 
     def _append_sync(self, partition: int, batches: list[Batch]) -> int:

@@ -10,6 +10,7 @@ from ray.experimental import internal_kv
 
 DEPLOYMENT_KEY = b"raygroups/deployment"
 TOPICS_KEY = b"raygroups/topics"
+TOPICS_VERSION_KEY = b"raygroups/topics-version"
 
 
 def kv_get_json(key: bytes, namespace: str) -> Any:
@@ -27,3 +28,12 @@ def kv_delete(key: bytes, namespace: str) -> None:
 
 def read_topics(namespace: str) -> dict[str, int]:
     return dict(kv_get_json(TOPICS_KEY, namespace) or {})
+
+
+def read_topics_versioned(namespace: str) -> tuple[dict[str, int], int]:
+    return read_topics(namespace), int(kv_get_json(TOPICS_VERSION_KEY, namespace) or 0)
+
+
+def write_topics(topics: dict[str, int], version: int, namespace: str) -> None:
+    kv_put_json(TOPICS_KEY, topics, namespace)
+    kv_put_json(TOPICS_VERSION_KEY, version, namespace)

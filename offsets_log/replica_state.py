@@ -4,6 +4,8 @@ Two small JSON files, each replaced atomically (temporary file, fsync, rename, f
 
 * ``<node_dir>/deployment.json`` — the node's **descriptor**: which deployment shape its data belongs to
   (``num_partitions``; changing it would route groups to other partitions, so a mismatch is refused).
+* ``<node_dir>/topics.json`` — the topics registered with the deployment and a version (the newest copy
+  among the nodes wins), so that commits to them are accepted again after a full restart.
 * ``<node_dir>/__consumer_offsets-<p>/partition-state.json`` — the **replica state**: the latest partition
   state the controller gave this replica (replicas, leader, leader epoch, ISR, partition epoch) and the
   **fence epoch** below which this replica refuses appends. It lives in the partition's directory, so a
@@ -155,3 +157,39 @@ def write_node_descriptor(node_dir: str, node: str, num_partitions: int) -> None
     os.makedirs(node_dir, exist_ok=True)
     payload = {"format": FORMAT, "node": node, "num_partitions": num_partitions}
     atomic_write(os.path.join(node_dir, DESCRIPTOR_FILE), json.dumps(payload, sort_keys=True).encode())
+
+
+# --------------------------------------------------------------------------- topics
+
+
+TOPICS_FILE = "topics.json"
+
+
+def validate_topics(topics: Any, where: str = "topics") -> dict[str, int]:
+    if not isinstance(topics, dict):
+        raise ReplicaStateError(f"{where}: must be a mapping of topic name to partition count")
+    for name, count in topics.items():
+        if not isinstance(name, str) or not name:
+            raise ReplicaStateError(f"{where}: topic names must be non-empty strings, got {name!r}")
+        _int(count, f"partitions of {name!r}", where, 1)
+    return dict(topics)
+
+
+def read_topics_file(directory: str) -> tuple[dict[str, int], int]:
+    """``(topics, version)`` registered in ``directory`` (``({}, 0)`` when none ever were)."""
+    path = os.path.join(directory, TOPICS_FILE)
+    _remove_leftover(path)
+    data = _read_json(path)
+    if data is None:
+        return {}, 0
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ReplicaStateError(f"{path}: not a raygroups topics file of format {FORMAT}")
+    return validate_topics(data.get("topics"), path), _int(data.get("version"), "version", path, 0)
+
+
+def write_topics_file(directory: str, topics: dict[str, int], version: int) -> None:
+    topics = validate_topics(topics)
+    _int(version, "version", "topics", 0)
+    os.makedirs(directory, exist_ok=True)
+    payload = {"format": FORMAT, "topics": topics, "version": version}
+    atomic_write(os.path.join(directory, TOPICS_FILE), json.dumps(payload, sort_keys=True).encode())

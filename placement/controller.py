@@ -28,7 +28,6 @@ from collections import deque
 from typing import Any
 
 import ray
-from ray.experimental import internal_kv
 
 from placement.decide import (
     Commit,
@@ -93,8 +92,10 @@ def node_report(raw: dict, node_id: str) -> NodeReport:
 
 class Controller:
     def __init__(self, namespace: str, settings: Settings, actors: Any) -> None:
-        """``actors`` creates and finds the actors the controller manages (``actors.factory.ActorFactory``),
-        so that placement does not depend on the actor classes."""
+        """``actors`` is everything outside the controller (``actors.factory.ActorFactory``): it creates and
+        finds the actors the controller manages, reads Ray's node table and actor states, and holds the
+        GCS key-value store -- so that placement depends neither on the actor classes nor on Ray's APIs
+        beyond calling actors."""
         self.namespace = namespace
         self.settings = settings
         self._actors = actors
@@ -104,6 +105,7 @@ class Controller:
         self._task: asyncio.Task | None = None
         self._reports: dict[str, tuple[str, asyncio.Task, float]] = {}  # node -> (incarnation, report, since)
         self._warned: set[str] = set()
+        self._topics_version = 0
         self.events: deque[dict] = deque(maxlen=2_000)
 
     # ------------------------------------------------------------------------------------------
@@ -115,9 +117,10 @@ class Controller:
         if self._lock is not None:
             return
         self._lock = asyncio.Lock()
-        raw = internal_kv._internal_kv_get(PARTITIONS_KEY, namespace=self.namespace)
+        raw = self._actors.kv_get(PARTITIONS_KEY)
         if raw is not None:
             self._meta = dataclasses.replace(self._meta, partitions=_from_json(raw))
+        self._topics_version = self._actors.read_topics()[1]
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def start(self) -> dict:
@@ -157,7 +160,7 @@ class Controller:
     # Observe
     # ------------------------------------------------------------------------------------------
     async def _observe(self) -> Observations:
-        ray_nodes = await asyncio.to_thread(ray.nodes)
+        ray_nodes = await asyncio.to_thread(self._actors.ray_nodes)
         nodes = coordinator_nodes(ray_nodes, self._meta.incarnations)
         for name, o in nodes.items():
             if o.alive and not o.labelled and name not in self._warned:
@@ -180,7 +183,9 @@ class Controller:
             elif pending is not None and pending[0] == o.node_id and pending[1].done():
                 task = self._reports.pop(name)[1]
                 try:
-                    out[name] = node_report(task.result(), o.node_id)
+                    raw = task.result()
+                    out[name] = node_report(raw, o.node_id)
+                    await self._reconcile_topics(name, raw)
                     continue
                 except Exception as e:  # noqa: BLE001 - asked again below
                     log.info("disk report of node %s failed: %s", name, e)
@@ -208,6 +213,20 @@ class Controller:
         except (TimeoutError, ray.exceptions.RayError):
             state = await asyncio.to_thread(self._actors.actor_state, actor_id)
             return ShardObservation(state, actor_id)
+
+    async def _reconcile_topics(self, node: str, report: dict) -> None:
+        """Registered topics live on every coordinator node's disk: after a full restart the newest copy
+        comes back (before any shard starts, since shards start only after reports); a node with an older
+        copy is brought up to date."""
+        topics, version = report.get("topics") or {}, report.get("topics_version", 0)
+        if version > self._topics_version:
+            self._topics_version = version
+            await asyncio.to_thread(self._actors.write_topics, topics, version)
+            self._event({"event": "topics-recovered", "node": node, "version": version, "topics": len(topics)})
+        elif version < self._topics_version:
+            current, _ = await asyncio.to_thread(self._actors.read_topics)
+            handle = await asyncio.to_thread(self._actors.log_server, node)
+            await handle.update_topics.remote(current, self._topics_version)
 
     # ------------------------------------------------------------------------------------------
     # Perform
@@ -271,8 +290,7 @@ class Controller:
 
     def _save(self) -> None:
         try:
-            internal_kv._internal_kv_put(PARTITIONS_KEY, _to_json(dict(self._meta.partitions)), overwrite=True,
-                                         namespace=self.namespace)
+            self._actors.kv_put(PARTITIONS_KEY, _to_json(dict(self._meta.partitions)))
         except Exception as e:  # noqa: BLE001 - the disks hold the state; the cache catches up next commit
             log.warning("could not cache the partition metadata in the GCS: %s", e)
 
@@ -333,6 +351,33 @@ class Controller:
                 if ok:
                     self._event({"event": "isr-expand", "partition": partition, "node": node})
             return ok
+
+    async def register_topics(self, topics: dict[str, int]) -> dict[str, int]:
+        """Add (or grow) registered topics: persisted on every alive coordinator node, then in the GCS,
+        before this returns the whole registry. Partition counts never shrink."""
+        await self._ensure_running()
+        async with self._lock:
+            current, _ = await asyncio.to_thread(self._actors.read_topics)
+            merged = {**current, **{t: max(n, current.get(t, 0)) for t, n in topics.items()}}
+            version = self._topics_version + 1
+            nodes = sorted(self._alive())
+
+            async def one(node: str) -> bool:
+                try:
+                    r = await asyncio.wait_for(self._actors.log_server(node).update_topics.remote(merged, version),
+                                               PERSIST_TIMEOUT_S)
+                    return bool(r.get("ok"))
+                except (TimeoutError, ray.exceptions.RayError, ValueError):
+                    return False
+
+            results = await asyncio.gather(*(one(n) for n in nodes))
+            failed = [n for n, ok in zip(nodes, results, strict=True) if not ok]
+            if failed or not nodes:
+                raise RuntimeError(f"could not record the topics on coordinator nodes {failed or '(none alive)'}; "
+                                   f"nothing was registered")
+            self._topics_version = version
+            await asyncio.to_thread(self._actors.write_topics, merged, version)
+            return merged
 
     # ------------------------------------------------------------------------------------------
     # Reads

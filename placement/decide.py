@@ -575,32 +575,30 @@ def on_expand_isr(meta: Metadata, partition: int, leader_epoch: int, node: str) 
 
 
 def readiness(meta: Metadata, obs: Observations | None) -> dict:
-    """Whether every partition has a leader whose shard answered ACTIVE in the last round, and if not,
-    what the deployment is waiting for (one sentence)."""
+    """Whether every partition has a leader whose shard answered ACTIVE in the last round, and if not, what
+    the deployment is waiting for (one sentence); ``refused`` names the nodes whose disks are not used."""
+    out = {"ready": False, "waiting_for": None, "refused": dict(meta.refused)}
     s = meta.settings
     if obs is None:
-        return {"ready": False, "waiting_for": "the controller's first look at the cluster"}
+        return {**out, "waiting_for": "the controller's first look at the cluster"}
     alive = obs.alive() - set(meta.refused)
-    if meta.refused:
-        name, why = sorted(meta.refused.items())[0]
-        return {"ready": False, "waiting_for": f"node {name} is refused: {why}"}
     if not meta.partitions and not meta.recovery:
         if len(alive) < s.replication_factor:
-            return {"ready": False, "waiting_for": (
+            return {**out, "waiting_for": (
                 f"{s.replication_factor} coordinator nodes (offsets.topic.replication.factor); "
                 f"{len(alive)} alive: {', '.join(sorted(alive)) or 'none'}")}
-        return {"ready": False, "waiting_for": "the partitions to be created"}
+        return {**out, "waiting_for": "the partitions to be created"}
     missing = [p for p in range(s.num_partitions) if p not in meta.partitions]
     if missing:
-        return {"ready": False, "waiting_for": (
+        return {**out, "waiting_for": (
             f"partitions {_short(missing)} to be recovered: not enough of their replicas have reported")}
     offline = [p for p, a in meta.partitions.items() if a.leader is None]
     if offline:
-        return {"ready": False, "waiting_for": f"offline partitions {_short(offline)}: no in-sync replica is alive"}
+        return {**out, "waiting_for": f"offline partitions {_short(offline)}: no in-sync replica is alive"}
     starting = [p for p in sorted(meta.partitions) if obs.shards.get(p, ShardObservation(None)).answer != "ACTIVE"]
     if starting:
-        return {"ready": False, "waiting_for": f"the shards of partitions {_short(starting)} to serve"}
-    return {"ready": True, "waiting_for": None}
+        return {**out, "waiting_for": f"the shards of partitions {_short(starting)} to serve"}
+    return {**out, "ready": True}
 
 
 def _short(items: list[int]) -> str:

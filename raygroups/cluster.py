@@ -20,11 +20,26 @@ from typing import Any
 import ray
 
 from actors.factory import create_shard
-from actors.metadata import DEPLOYMENT_KEY, TOPICS_KEY, kv_delete, kv_get_json, kv_put_json, read_topics
+from actors.metadata import (
+    DEPLOYMENT_KEY,
+    TOPICS_KEY,
+    TOPICS_VERSION_KEY,
+    kv_delete,
+    kv_get_json,
+    kv_put_json,
+    read_topics,
+    read_topics_versioned,
+    write_topics,
+)
 from actors.shard_actor import shard_name
 from coordinator.config import CoordinatorConfig
 from coordinator.messages import check_int, check_type
-from offsets_log.replica_state import read_node_descriptor, write_node_descriptor
+from offsets_log.replica_state import (
+    read_node_descriptor,
+    read_topics_file,
+    write_node_descriptor,
+    write_topics_file,
+)
 from placement.controller import CONTROLLER_NAME
 from placement.nodes import COORDINATOR_RESOURCE, NODE_LABEL, validate_node_name
 from raygroups.client import RayGroupClient
@@ -232,16 +247,25 @@ class Cluster:
 
     # --- topic metadata --------------------------------------------------------------------------
     def create_topic(self, name: str, partitions: int) -> None:
-        """Register a topic; commits to unregistered topics or partitions answer UNKNOWN_TOPIC_OR_PARTITION."""
+        """Register a topic; commits to unregistered topics or partitions answer UNKNOWN_TOPIC_OR_PARTITION.
+        Registered topics are kept with the data (the coordinator nodes' disks, or the embedded default's
+        data directory), so they survive a full restart."""
         check_type("name", name, str)
         if not name or len(name) > 249:
             raise ValueError(f"topic name must be 1..249 characters, got {len(name)}")
         check_int("partitions", partitions, 1, 1_000_000)
-        topics = self.topics()
+        topics, version = read_topics_versioned(self.namespace)
         if name in topics and topics[name] > partitions:
             raise ValueError(f"topic {name!r} already has {topics[name]} partitions; cannot shrink to {partitions}")
-        topics[name] = partitions
-        kv_put_json(TOPICS_KEY, topics, self.namespace)
+        if self.replicated:
+            try:
+                topics = ray.get(self._controller().register_topics.remote({name: partitions}), timeout=60)
+            except ray.exceptions.RayTaskError as e:
+                raise RuntimeError(str(e.cause)) from None
+        else:
+            topics[name] = partitions
+            write_topics_file(self.data_dir, topics, version + 1)
+            write_topics(topics, version + 1, self.namespace)
         ray.get([self.shard(p).set_topics.remote(topics) for p in range(self.num_partitions)], timeout=60)
 
     def topics(self) -> dict[str, int]:
@@ -261,7 +285,7 @@ class Cluster:
             self._stop_shards()
             if self.replicated:
                 self._stop_log_servers(node_names)
-            for key in (DEPLOYMENT_KEY, TOPICS_KEY):
+            for key in (DEPLOYMENT_KEY, TOPICS_KEY, TOPICS_VERSION_KEY):
                 kv_delete(key, self.namespace)
         if self._owns_ray and ray.is_initialized():
             ray.shutdown()
@@ -358,6 +382,7 @@ def start_local(num_partitions: int = 8, data_dir: str | os.PathLike | None = No
         raise
     kv_put_json(DEPLOYMENT_KEY, {"num_partitions": num_partitions, "config": cfg.to_properties(),
                                  "data_dir": data_dir}, namespace)
+    write_topics(*read_topics_file(data_dir), namespace)  # what was registered before a restart
     cluster = Cluster(namespace, num_partitions, cfg, data_dir, created=True, owns_ray=owns_ray,
                       owns_data_dir=owns_data_dir)
     try:

@@ -47,7 +47,7 @@ def test_a_new_deployment_waits_for_replication_factor_nodes_then_lays_out_every
         assert set(a.isr) == set(a.replicas) == {"node-0", "node-1", "node-2"}
         assert a.leader_epoch == 1  # granted by the shard's start, above the creation's 0
         assert w.disks[a.leader][p].state == a  # persisted on the replicas before it took effect
-    assert readiness(w.meta, w.observe()) == {"ready": True, "waiting_for": None}
+    assert readiness(w.meta, w.observe()) == {"ready": True, "waiting_for": None, "refused": {}}
 
 
 def test_a_shard_that_takes_ten_seconds_to_start_is_not_silent():
@@ -264,7 +264,8 @@ def test_a_node_whose_disk_belongs_to_another_deployment_is_refused():
     w.descriptors["node-3"] = 8
     up(w)
     assert "node-3" in w.meta.refused and all("node-3" not in a.replicas for a in w.meta.partitions.values())
-    assert readiness(w.meta, w.observe())["waiting_for"].startswith("node node-3 is refused")
+    r = readiness(w.meta, w.observe())
+    assert r["ready"] and "not 4" in r["refused"]["node-3"]  # the others serve; the refusal is shown
 
 
 def test_a_newer_state_on_disk_than_in_the_cache_wins():
