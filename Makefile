@@ -30,6 +30,7 @@ bench: $(STAMP)
 	$(PY) bench/log_bench.py
 	$(PY) bench/throughput.py
 	$(PY) bench/failover.py
+	$(PY) bench/restart.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info

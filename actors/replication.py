@@ -235,7 +235,11 @@ class LeaderReplication:
                     # in before telling the controller, so that whatever the controller records, every
                     # replica it may elect has every batch we acknowledge from now on.
                     self.isr.add(node)
-                    ok = await self._controller.expand_isr.remote(self.partition, self.epoch, node)
+                    try:
+                        ok = await self._controller.expand_isr.remote(self.partition, self.epoch, node)
+                    except Exception:
+                        self.isr.discard(node)  # not recorded: it stays out and is caught up again later
+                        raise
                     if not ok:
                         self.isr.discard(node)
                         raise Deposed(f"the controller refused an ISR change at epoch {self.epoch}")

@@ -74,7 +74,7 @@ def _failover_once(cluster, partition: int, group: str) -> dict:
     while True:
         attempts += 1
         r = client.commit_offsets(group_id=group, offsets={(FILL_TOPIC, 0): (attempts, "")}).result(120)
-        if r.errors[(FILL_TOPIC, 0)] is Errors.NONE and cluster.shard_status()[partition].get("node_id") not in (
+        if r.errors[(FILL_TOPIC, 0)] is Errors.NONE and cluster.shard_status()[partition].get("node") not in (
                 None, victim):
             t_ok = time.time()
             break
@@ -91,7 +91,7 @@ def _failover_once(cluster, partition: int, group: str) -> dict:
             "detection_s": None if detection is None else round(detection, 3),
             "election_s": None if election is None else round(election, 3),
             "replay_s": round(replay_s, 3), "rediscovery_and_rest_s": round(rediscovery, 3),
-            "new_epoch": status.get("leader_epoch"), "victim": victim[:12]}
+            "new_epoch": status.get("leader_epoch"), "victim": victim}
 
 
 def _throughput(cluster, duration_s: float) -> float:
@@ -137,7 +137,7 @@ def main() -> None:
             result["fill_s"] = round(fill_s, 1)
             failovers.append(result)
             print(f"failover with {size:>9} records: {result}", flush=True)
-            cluster.add_node()
+            cluster.restart_node(result["victim"])  # back under its name: it rejoins the ISR of its partitions
             _wait_full_isr(cluster)
     finally:
         cluster.shutdown()

@@ -258,8 +258,8 @@ class Controller:
         for attempt in range(2):
             targets = (set(a.replicas) | set(c.previous.replicas if c.previous else ())) & alive
             required = ({a.leader} | set(a.isr)) & alive - {None}
-            ok = await self._persist(c.partition, a, sorted(targets))
-            missing = required - ok
+            persisted = await self._persist(c.partition, a, sorted(targets))
+            missing = required - persisted
             if not missing:
                 break
             if a.leader in missing or attempt == 1 or not set(a.isr) - missing:
@@ -269,7 +269,7 @@ class Controller:
             # A follower that cannot take the state now cannot be counted on later: it leaves the ISR
             # (the leader catches it up and it rejoins).
             a = bump(a, isr=tuple(n for n in a.isr if n not in missing))
-        self._meta = self._meta.with_partition(c.partition, a)
+        self._meta = self._meta.with_partition(c.partition, a, persisted)
         self._save()
         return True
 
@@ -326,30 +326,37 @@ class Controller:
             new = on_leader_started(self._meta, partition, node)
             if new is None:
                 return None
-            if not await self._commit(Commit(partition, new, self._meta.partitions[partition], "leader started")):
-                raise RuntimeError(f"could not persist the new leader epoch of partition {partition} on its "
-                                   f"in-sync replicas")
+            await self._commit_or_raise(Commit(partition, new, self._meta.partitions[partition], "leader started"))
             a = self._meta.partitions[partition]
             return {"leader_epoch": a.leader_epoch, "replicas": list(a.replicas), "isr": list(a.isr)}
 
+    async def _commit_or_raise(self, c: Commit) -> None:
+        """A leader's request: a state that cannot be persisted now is an error the leader retries, not a
+        refusal (False means deposed)."""
+        if not await self._commit(c):
+            raise RuntimeError(f"could not persist the state of partition {c.partition} ({c.reason}) on its "
+                               f"leader and in-sync replicas; try again")
+
     async def shrink_isr(self, partition: int, leader_epoch: int, node: str) -> bool:
+        """The leader of ``leader_epoch`` drops ``node`` from the ISR: True once persisted, False if that
+        epoch no longer leads (deposed); raises if it cannot be persisted now."""
         await self._ensure_running()
         async with self._lock:
             ok, new = on_shrink_isr(self._meta, partition, leader_epoch, node)
             if new is not None:
-                ok = await self._commit(Commit(partition, new, self._meta.partitions[partition], f"{node} lagging"))
-                if ok:
-                    self._event({"event": "isr-shrink", "partition": partition, "nodes": [node]})
+                await self._commit_or_raise(Commit(partition, new, self._meta.partitions[partition], f"{node} lagging"))
+                self._event({"event": "isr-shrink", "partition": partition, "nodes": [node]})
             return ok
 
     async def expand_isr(self, partition: int, leader_epoch: int, node: str) -> bool:
+        """The leader of ``leader_epoch`` caught ``node`` up: True once it is in the persisted ISR, False if
+        that epoch no longer leads (deposed); raises if it cannot be persisted now."""
         await self._ensure_running()
         async with self._lock:
             ok, new = on_expand_isr(self._meta, partition, leader_epoch, node)
             if new is not None:
-                ok = await self._commit(Commit(partition, new, self._meta.partitions[partition], f"{node} caught up"))
-                if ok:
-                    self._event({"event": "isr-expand", "partition": partition, "node": node})
+                await self._commit_or_raise(Commit(partition, new, self._meta.partitions[partition], f"{node} caught up"))
+                self._event({"event": "isr-expand", "partition": partition, "node": node})
             return ok
 
     async def register_topics(self, topics: dict[str, int]) -> dict[str, int]:

@@ -28,7 +28,9 @@ What a round decides, in order:
    ``__consumer_offsets`` only then), every partition is laid out by :func:`placement.plan.plan`.
 4. **Failures.** A leader on a dead or restarted node is failed over: the first live in-sync replica in
    replica order (a restarted node only if no other is left), leader epoch + 1; none: offline, keeping the
-   last ISR (as Kafka, the replicas that hold every acknowledged batch). Dead and restarted followers leave
+   last ISR (as Kafka, the replicas that hold every acknowledged batch). Only a replica whose node has
+   reported its disk, and whose disk holds the partition, is electable: a node back under its name with
+   an empty disk never leads (the election waits for reports). Dead and restarted followers leave
    the ISR (KIP-903: a restarted replica may have lost what it had not flushed); they rejoin after the
    leader has caught them up. An offline partition whose ISR member is alive comes back with it as leader.
    Unclean election (any live replica) only if configured.
@@ -150,6 +152,9 @@ class Metadata:
     incarnations: Mapping[str, str] = field(default_factory=dict)  # node name -> Ray node id last seen alive
     dead_since_ms: Mapping[str, int] = field(default_factory=dict)
     reported: Mapping[str, str] = field(default_factory=dict)  # node name -> incarnation whose disk reported
+    # node name -> partitions whose state its disk holds (its report, then every state persisted there):
+    # only those replicas are electable, so a node back with an empty disk never leads.
+    held: Mapping[str, frozenset[int]] = field(default_factory=dict)
     refused: Mapping[str, str] = field(default_factory=dict)  # node name -> why its disk is not used
     recovery: Mapping[int, Mapping[str, ReplicaReport]] = field(default_factory=dict)
     shards: Mapping[int, ShardTrack] = field(default_factory=dict)
@@ -157,8 +162,12 @@ class Metadata:
     started_ms: int | None = None  # when every partition first served: the deployment is up
     last_balance_ms: int = 0
 
-    def with_partition(self, partition: int, assignment: PartitionAssignment) -> Metadata:
-        return replace(self, partitions={**self.partitions, partition: assignment})
+    def with_partition(self, partition: int, assignment: PartitionAssignment, holders=()) -> Metadata:
+        """``assignment`` took effect, persisted on the disks of ``holders``."""
+        held = dict(self.held)
+        for node in holders:
+            held[node] = held.get(node, frozenset()) | {partition}
+        return replace(self, partitions={**self.partitions, partition: assignment}, held=held)
 
 
 def bump(a: PartitionAssignment, **changes: Any) -> PartitionAssignment:
@@ -232,6 +241,7 @@ class _Round:
         self.incarnations = dict(meta.incarnations)
         self.dead_since = dict(meta.dead_since_ms)
         self.reported = dict(meta.reported)
+        self.held = dict(meta.held)
         self.refused = dict(meta.refused)
         # A recovered partition leaves the recovery table only once its commit took effect.
         self.recovery = {p: dict(r) for p, r in meta.recovery.items() if p not in meta.partitions}
@@ -264,11 +274,22 @@ class _Round:
         self.to_start[p] = (node, reason)
         self.shards[p] = ShardTrack(node, self.now)
 
+    def electable(self, p: int, candidates: set[str]) -> tuple[list[str], bool]:
+        """The ``candidates`` whose disk is known to hold ``p``, and whether some other candidate has not
+        reported its disk yet (then an election waits for it rather than pass it over)."""
+        ok = [n for n in candidates if p in self.held.get(n, ())]
+        pending = any(self.reported.get(n) != self.incarnations.get(n) for n in candidates if n not in ok)
+        return ok, pending
+
     def failover(self, p: int, reason: str, exclude: str | None) -> None:
-        """Elect the first live in-sync replica other than ``exclude`` (restarted nodes last resort)."""
+        """Elect the first live in-sync replica other than ``exclude`` (restarted nodes last resort) whose
+        disk holds the partition; an in-sync replica whose disk lost it leaves the ISR."""
         a = self.parts[p]
         candidates = self.alive() - self.restarted - {exclude}
-        isr = tuple(n for n in a.isr if n in candidates)
+        ok, pending = self.electable(p, {n for n in a.isr if n in candidates})
+        if not ok and pending:
+            return  # decided again once their disks have reported
+        isr = tuple(n for n in a.isr if n in ok)
         new = elect_leader(replace(a, isr=isr), sorted(candidates)) if isr else None
         if new is None:
             # Offline. As Kafka, the ISR keeps its last members: they hold every acknowledged batch, and
@@ -289,6 +310,7 @@ class _Round:
                 self.event("node-joined", node=name, node_id=o.node_id)
             elif known != o.node_id:
                 self.restarted.add(name)
+                self.held.pop(name, None)  # known again once this incarnation has reported its disk
                 self.event("node-restarted", node=name, node_id=o.node_id)
             self.incarnations[name] = o.node_id
             self.dead_since.pop(name, None)
@@ -318,6 +340,7 @@ class _Round:
                 self.refused[name] = why
                 continue
             self.refused.pop(name, None)
+            self.held[name] = frozenset(p for p, rr in r.replicas.items() if rr.state is not None)
             for p, rr in sorted(r.replicas.items()):
                 if not 0 <= p < self.s.num_partitions:
                     continue
@@ -395,8 +418,11 @@ class _Round:
                                 f"{', '.join(drop)} left the ISR")
                     self.event("isr-shrink", partition=p, nodes=drop)
             else:
-                new = elect_leader(a, sorted(alive))
+                ok, pending = self.electable(p, set(a.isr) & alive)
+                new = elect_leader(a, sorted(ok))
                 isr = a.isr
+                if new is None and pending:
+                    continue  # an in-sync replica is back but has not reported its disk yet
                 if new is None and self.s.unclean_election:
                     new = elect_leader(a, sorted(alive), unclean=True)
                     isr = (new,) if new is not None else isr
@@ -411,8 +437,9 @@ class _Round:
     def shard_health(self) -> None:
         for p in sorted(self.parts):
             a = self.parts[p]
-            if a.leader is None or self.leader_changed(p):
-                continue  # offline, or a new leader or epoch this round (its new shard is started below)
+            if a.leader is None or self.leader_changed(p) or a.leader not in self.alive():
+                continue  # offline, a new leader or epoch this round (its shard starts below), or its
+                # node is down (the failover waits for a disk report)
             o = self.obs.shards.get(p)
             t = self.shards.get(p)
             if o is None or o.actor_state in (None, "DEAD"):
@@ -519,6 +546,7 @@ class _Round:
             self.last_balance = self.now  # let leadership settle for a whole interval before balancing
         meta = replace(
             self.meta, incarnations=self.incarnations, dead_since_ms=self.dead_since, reported=self.reported,
+            held=self.held,
             refused=self.refused, recovery=self.recovery, shards=self.shards, placed_on=self.placed_on,
             started_ms=self.started, last_balance_ms=self.last_balance,
         )

@@ -113,9 +113,11 @@ def deploy(address: str, data_dir: str, namespace: str, num_partitions: int, con
            wait: bool, timeout_s: float, as_json: bool) -> None:
     """Create, or resume, a replicated deployment on a Ray cluster (idempotent)."""
     from raygroups.deployment import deploy as deploy_deployment
+    from raygroups.deployment import validate_deploy_args
 
     config = _parse_config(config_items) or None
     try:
+        validate_deploy_args(address, data_dir, namespace, num_partitions, config, wait, timeout_s)
         _init_ray(address)
         cluster = deploy_deployment(address, data_dir=data_dir, namespace=namespace, num_partitions=num_partitions,
                                     config=config, wait=wait, timeout_s=timeout_s)

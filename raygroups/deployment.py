@@ -55,25 +55,7 @@ def deploy(address: str = "auto", *, data_dir: str | os.PathLike, namespace: str
     deployment is still waiting for (for instance, coordinator nodes to join). Resuming a running
     deployment with another partition count, data directory or config is refused, as is a node whose
     disk holds a deployment of another partition count; nothing is changed then."""
-    check_type("address", address, str)
-    check_type("data_dir", data_dir, (str, os.PathLike))
-    check_type("namespace", namespace, str)
-    if not namespace:
-        raise ValueError("namespace must not be empty")
-    check_int("num_partitions", num_partitions, 1, 10_000)
-    check_type("config", config, dict, nullable=True)
-    check_type("wait", wait, bool)
-    check_type("timeout_s", timeout_s, (int, float))
-    data_dir = os.path.expanduser(os.fspath(data_dir))
-    if not os.path.isabs(data_dir):
-        raise ValueError(f"data_dir must be an absolute path (every coordinator node uses it), got {data_dir!r}")
-    props = dict(config or {})
-    props["offsets.topic.num.partitions"] = num_partitions
-    cfg = CoordinatorConfig.from_properties(props)
-    if cfg.min_insync_replicas > cfg.offsets_topic_replication_factor:
-        raise ValueError(f"min.insync.replicas ({cfg.min_insync_replicas}) must not exceed "
-                         f"offsets.topic.replication.factor ({cfg.offsets_topic_replication_factor}): "
-                         f"no write could ever be acknowledged")
+    data_dir, cfg = validate_deploy_args(address, data_dir, namespace, num_partitions, config, wait, timeout_s)
     owns_ray = not ray.is_initialized()
     if owns_ray:
         ray.init(address=address, log_to_driver=False)
@@ -106,6 +88,33 @@ def deploy(address: str = "auto", *, data_dir: str | os.PathLike, namespace: str
     if wait:
         cluster.wait_ready(timeout_s)
     return cluster
+
+
+def validate_deploy_args(address: object, data_dir: object, namespace: object, num_partitions: object,
+                         config: object, wait: object = True, timeout_s: object = READY_TIMEOUT_S,
+                         ) -> tuple[str, CoordinatorConfig]:
+    """``deploy``'s arguments checked before anything is touched: ``(absolute data_dir, config)``, or
+    TypeError/ValueError naming the argument and the limit."""
+    check_type("address", address, str)
+    check_type("data_dir", data_dir, (str, os.PathLike))
+    check_type("namespace", namespace, str)
+    if not namespace:
+        raise ValueError("namespace must not be empty")
+    check_int("num_partitions", num_partitions, 1, 10_000)
+    check_type("config", config, dict, nullable=True)
+    check_type("wait", wait, bool)
+    check_type("timeout_s", timeout_s, (int, float))
+    data_dir = os.path.expanduser(os.fspath(data_dir))
+    if not os.path.isabs(data_dir):
+        raise ValueError(f"data_dir must be an absolute path (every coordinator node uses it), got {data_dir!r}")
+    props = dict(config or {})
+    props["offsets.topic.num.partitions"] = num_partitions
+    cfg = CoordinatorConfig.from_properties(props)
+    if cfg.min_insync_replicas > cfg.offsets_topic_replication_factor:
+        raise ValueError(f"min.insync.replicas ({cfg.min_insync_replicas}) must not exceed "
+                         f"offsets.topic.replication.factor ({cfg.offsets_topic_replication_factor}): "
+                         f"no write could ever be acknowledged")
+    return data_dir, cfg
 
 
 def _resumable(existing: dict, wanted: dict, namespace: str, config_given: bool) -> CoordinatorConfig:

@@ -76,6 +76,11 @@ class World:
     def kill(self, name: str) -> None:
         self.alive[name] = False
 
+    def wipe(self, name: str) -> None:
+        """The node's disk is replaced by an empty one (same name)."""
+        self.disks[name] = {}
+        self.descriptors.pop(name, None)
+
     def observe(self) -> Observations:
         nodes = {n: NodeObservation(n, self.node_ids[n], self.alive[n], True) for n in self.node_ids}
         reports = {}
@@ -148,7 +153,7 @@ class World:
             old = self.disks[n].get(p, ReplicaReport(None))
             fence = max(old.fenced_epoch, a.leader_epoch)
             self.disks[n][p] = ReplicaReport(a if n in a.replicas or old.state else old.state, fence)
-        self.meta = self.meta.with_partition(p, a)
+        self.meta = self.meta.with_partition(p, a, targets)
         self.gcs[p] = a
         return True
 

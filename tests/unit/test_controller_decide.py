@@ -131,6 +131,41 @@ def test_an_offline_partition_comes_back_when_an_in_sync_replica_returns_and_nev
     assert back.leader == a.leader and back.leader_epoch > off.leader_epoch
 
 
+def test_a_node_back_under_its_name_with_an_empty_disk_is_never_elected():
+    w = up(World(num_partitions=1))
+    a = w.state(0)
+    for n in a.replicas:
+        if n != a.leader:
+            w.kill(n)
+            w.step()
+    w.kill(a.leader)
+    w.step()
+    assert w.state(0).leader is None and w.state(0).isr == (a.leader,)
+    w.wipe(a.leader)  # its disk was lost: the name is the same, the replica is not
+    w.boot(a.leader)
+    w.run(10_000)
+    assert w.state(0).leader is None  # offline rather than serve an empty log
+    others = [n for n in a.replicas if n != a.leader]
+    w.boot(others[0])
+    w.run(2_000)
+    assert w.state(0).leader is None  # out of sync: not electable either
+
+
+def test_an_election_waits_for_the_returning_replica_to_report_its_disk():
+    w = up(World(num_partitions=1))
+    a = w.state(0)
+    for n in [n for n in a.replicas if n != a.leader] + [a.leader]:
+        w.kill(n)
+        w.step()
+    w.boot(a.leader)
+    obs = w.observe()
+    silent = type(obs)(obs.nodes, obs.shards, {})  # its report has not arrived yet
+    d = decide(w.meta, silent, w.now + 200)
+    assert not d.of(Commit)  # nothing elected from an unread disk
+    w.run_until(w.serving)
+    assert w.state(0).leader == a.leader
+
+
 def test_unclean_election_when_configured():
     w = up(World(num_partitions=1, unclean_election=True))
     a = w.state(0)

@@ -1,0 +1,55 @@
+"""The ``raygroups`` command line without a cluster: usage errors exit 2, bad input exits 1 with one
+sentence naming what is wrong -- before Ray is touched. (Deploying for real: tests/multinode/test_deploy.py.)"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from raygroups.cli import main
+
+
+def run(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+def test_version_and_help():
+    assert run("--version").output.startswith("raygroups, version ")
+    result = run("deploy", "--help")
+    assert result.exit_code == 0 and "--data-dir" in result.output and "--no-wait" in result.output
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ((), "Missing option '--data-dir'"),
+    (("--data-dir", "/d", "--config", "min.insync.replicas"), "is not KEY=VALUE"),
+    (("--data-dir", "/d", "--config", "min.insync.replicas=two"), "'two' is not an integer"),
+    (("--data-dir", "/d", "--partitions", "0"), "0 is not in the range 1<=x<=10000"),
+])
+def test_usage_errors_exit_2(args, message):
+    result = run("deploy", *args)
+    assert result.exit_code == 2 and message in result.output, result.output
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--data-dir", "relative/dir"), "data_dir must be an absolute path"),
+    (("--data-dir", "/d", "--config", "group.max.size=0"), "group.max.size must be in [1, 2147483647], got 0"),
+    (("--data-dir", "/d", "--config", "no.such.property=1"), "unknown coordinator property 'no.such.property'"),
+    (("--data-dir", "/d", "--config", "offsets.topic.replication.factor=1"),
+     "min.insync.replicas (2) must not exceed offsets.topic.replication.factor (1)"),
+])
+def test_bad_input_exits_1_with_one_sentence_and_touches_nothing(args, message):
+    import ray
+
+    result = run("deploy", "--address", "198.18.0.254:6379", *args)
+    assert result.exit_code == 1 and message in result.stderr, result.output
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
+    assert not ray.is_initialized()
+
+
+def test_python_dash_m_runs_the_same_command_line():
+    done = subprocess.run([sys.executable, "-m", "raygroups", "deploy", "--help"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0 and "Create, or resume, a replicated deployment" in done.stdout
