@@ -105,7 +105,8 @@ class ActorFactory:
         segment_bytes = self.config.get("offsets.topic.segment.bytes", 100 * 1024 * 1024)
         fsync = self.config.get("log.flush.interval.ms", 0) or None
         return ray.remote(LogServer).options(**options).remote(node, self.node_dir(node), segment_bytes, fsync,
-                                                               self.num_partitions)
+                                                               self.num_partitions,
+                                                               self.config.get("min.insync.replicas"))
 
     def log_server(self, node: str):
         return ray.get_actor(log_server_name(node), namespace=self.namespace)

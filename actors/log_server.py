@@ -39,13 +39,23 @@ log = logging.getLogger(__name__)
 _PARTITION_DIR_PREFIX = "__consumer_offsets-"
 
 
+def ray_node_id() -> str | None:
+    """The Ray node this process runs on (which incarnation of its node wrote a report)."""
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+    except Exception:  # noqa: BLE001 - outside a Ray worker there is none
+        return None
+
+
 def log_server_name(node: str) -> str:
     return f"raygroups-logserver-{node}"
 
 
 class LogServer:
     def __init__(self, node: str, node_dir: str, segment_bytes: int, fsync_interval_ms: int | None,
-                 num_partitions: int | None = None) -> None:
+                 num_partitions: int | None = None, min_insync_replicas: int | None = None) -> None:
         self.node = node
         self.node_dir = node_dir
         self._segment_bytes = segment_bytes
@@ -58,16 +68,33 @@ class LogServer:
         self._io = ThreadPoolExecutor(1, thread_name_prefix="logserver-io")
         self._locks: dict[int, asyncio.Lock] = {}
         os.makedirs(node_dir, exist_ok=True)
-        self.descriptor = read_node_descriptor(node_dir)
-        if self.descriptor is None and num_partitions is not None:
-            write_node_descriptor(node_dir, node, num_partitions)
-            self.descriptor = {"num_partitions": num_partitions, "node": node}
+        self.descriptor, self.descriptor_error = None, None
+        try:
+            self.descriptor = read_node_descriptor(node_dir)
+        except ReplicaStateError as e:
+            # Kept as it is (never overwritten) and reported: the controller refuses this node, saying why.
+            self.descriptor_error = str(e)
+            log.error("node %s: %s", node, e)
+        if self.descriptor is None and self.descriptor_error is None and num_partitions is not None:
+            write_node_descriptor(node_dir, node, num_partitions, min_insync_replicas)
+            self.descriptor = read_node_descriptor(node_dir)
+        elif self.descriptor is not None and min_insync_replicas is not None and \
+                min_insync_replicas < (self.descriptor["min_insync_replicas"] or min_insync_replicas + 1):
+            # Remember the lowest min.insync.replicas ever used: writes acknowledged under it are held by
+            # that few replicas, and a recovery quorum must count on no more.
+            self.descriptor["min_insync_replicas"] = min_insync_replicas
+            self._write_descriptor()
         self._load_states()
         try:
             self._topics, self._topics_version = read_topics_file(node_dir)
         except ReplicaStateError as e:
             log.error("node %s: %s", node, e)
             self._topics, self._topics_version = {}, 0
+
+    def _write_descriptor(self) -> None:
+        d = self.descriptor
+        write_node_descriptor(self.node_dir, d["node"], d["num_partitions"], d["min_insync_replicas"],
+                              d["layout_created"])
 
     def _load_states(self) -> None:
         for name in sorted(os.listdir(self.node_dir)):
@@ -85,6 +112,9 @@ class LogServer:
                 log.error("node %s: %s", self.node, e)
                 continue
             if state is not None:
+                # Not released even if it names this node leader: that may be stale (leadership moved while
+                # the node was down; the controller sends the current state); the log's file lock keeps
+                # this server and a shard of this node from opening it together.
                 self._states[partition] = state
             if fenced >= 0:
                 self._fenced[partition] = fenced
@@ -134,7 +164,10 @@ class LogServer:
             return {"ok": True, "node": self.node, "partition_epoch": state["partition_epoch"]}
         async with self._lock(partition):
             current = self._states.get(partition)
-            if current is not None and state["partition_epoch"] < current["partition_epoch"]:
+            if current is not None and (state["partition_epoch"] < current["partition_epoch"] or
+                                        (state["partition_epoch"] == current["partition_epoch"] and state != current)):
+                # Older, or another state under the same partition epoch (one that a failed commit left here):
+                # the controller numbers its next state above ours.
                 return {"ok": False, "reason": "stale", "node": self.node,
                         "partition_epoch": current["partition_epoch"]}
             fenced = max(self._fenced.get(partition, -1), state["leader_epoch"])
@@ -168,8 +201,18 @@ class LogServer:
         replicas = {}
         for p in sorted(set(self._states) | set(self._fenced)):
             replicas[p] = {"state": self._states.get(p), "fenced_epoch": self._fenced.get(p, -1)}
-        return {"node": self.node, "descriptor": self.descriptor, "replicas": replicas, "errors": dict(self._errors),
+        return {"node": self.node, "ray_node_id": ray_node_id(), "descriptor": self.descriptor,
+                "descriptor_error": self.descriptor_error, "replicas": replicas, "errors": dict(self._errors),
                 "topics": dict(self._topics), "topics_version": self._topics_version}
+
+    async def mark_layout(self) -> bool:
+        """Record on this node's disk that every partition of the deployment exists (idempotent)."""
+        if self.descriptor is None:
+            return False
+        if not self.descriptor["layout_created"]:
+            self.descriptor["layout_created"] = True
+            await self._run(self._write_descriptor)
+        return True
 
     async def state(self, partition: int) -> dict:
         async with self._lock(partition):

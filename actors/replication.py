@@ -34,6 +34,9 @@ MAINTENANCE_INTERVAL_S = 0.5
 # stay below the controller's silence threshold (3 s) before failing a leader over, so that a paused
 # leader that resumes after a failover refuses requests instead of serving stale reads.
 LEADERSHIP_LEASE_S = 2.0
+# How long a starting leader waits while the controller has not yet checked this node's incarnation and
+# disk (it answers "wait"); the shard answers COORDINATOR_LOAD_IN_PROGRESS meanwhile.
+START_WAIT_S = 60.0
 
 
 class Deposed(Exception):
@@ -42,9 +45,10 @@ class Deposed(Exception):
 
 class LeaderReplication:
     def __init__(self, partition: int, node: str, controller, log_server: Callable[[str], object],
-                 min_insync_replicas: int, replica_lag_ms: int) -> None:
+                 min_insync_replicas: int, replica_lag_ms: int, ray_node_id: str | None = None) -> None:
         self.partition = partition
         self.node = node
+        self.ray_node_id = ray_node_id  # which incarnation of the node this leader runs on
         self._controller = controller
         self._log_server = log_server
         self.min_isr = min_insync_replicas
@@ -55,11 +59,22 @@ class LeaderReplication:
         self.lock = asyncio.Lock()  # orders appends and ISR expansion
         self.confirmed_at = 0.0  # monotonic time the controller last confirmed this leadership
 
+    async def _leader_started(self) -> dict:
+        """A fresh leader epoch from the controller; it may ask this leader to wait (it has not yet checked
+        this incarnation of the node and its disk)."""
+        deadline = time.monotonic() + START_WAIT_S
+        while True:
+            meta = await self._controller.leader_started.remote(self.partition, self.node, self.ray_node_id)
+            if meta is None:
+                raise Deposed(f"the controller does not name node {self.node} leader of partition {self.partition}")
+            if "wait" not in meta:
+                return meta
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"partition {self.partition}: the controller kept its leader waiting: {meta['wait']}")
+            await asyncio.sleep(0.2)
+
     async def start(self) -> int:
-        meta = await self._controller.leader_started.remote(self.partition, self.node)
-        if meta is None:
-            raise Deposed(f"the controller does not name node {self.node} leader of partition {self.partition}")
-        self._apply(meta)
+        self._apply(await self._leader_started())
         return self.epoch
 
     def _apply(self, meta: dict) -> None:
@@ -105,9 +120,7 @@ class LeaderReplication:
             return Errors.NONE
 
     async def renew_epoch(self) -> None:
-        meta = await self._controller.leader_started.remote(self.partition, self.node)
-        if meta is None:
-            raise Deposed(f"the controller no longer names {self.node} leader of partition {self.partition}")
+        meta = await self._leader_started()
         isr = self.isr
         self._apply(meta)
         self.isr &= isr  # the controller may not have seen our latest shrinks yet; never grow here
@@ -235,11 +248,10 @@ class LeaderReplication:
                     # in before telling the controller, so that whatever the controller records, every
                     # replica it may elect has every batch we acknowledge from now on.
                     self.isr.add(node)
-                    try:
-                        ok = await self._controller.expand_isr.remote(self.partition, self.epoch, node)
-                    except Exception:
-                        self.isr.discard(node)  # not recorded: it stays out and is caught up again later
-                        raise
+                    # If this call fails, whether the controller recorded it is unknown: keep counting the
+                    # node in (waiting for one more replica is safe); the next maintenance round keeps it
+                    # only if the controller's ISR has it.
+                    ok = await self._controller.expand_isr.remote(self.partition, self.epoch, node)
                     if not ok:
                         self.isr.discard(node)
                         raise Deposed(f"the controller refused an ISR change at epoch {self.epoch}")

@@ -26,6 +26,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from actors.log_server import ray_node_id
 from actors.metadata import read_topics
 from actors.replication import MAINTENANCE_INTERVAL_S, Deposed, LeaderReplication
 from actors.timers import AsyncioTimers, WallClock
@@ -48,15 +49,6 @@ def shard_name(partition: int) -> str:
 
 def partition_dir(data_dir: str, partition: int) -> str:
     return os.path.join(data_dir, f"__consumer_offsets-{partition}")
-
-
-def _ray_node_id() -> str | None:
-    try:
-        import ray
-
-        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
-    except Exception:  # noqa: BLE001 - outside a Ray worker there is no node
-        return None
 
 
 def _new_member_id(prefix: str) -> str:
@@ -141,7 +133,7 @@ class CoordinatorShard:
                 controller = ray.get_actor(self._controller_name, namespace=self._namespace)
                 self._replication = LeaderReplication(
                     self.partition, self._node, controller, self._log_server,
-                    self.config.min_insync_replicas, self.config.replica_lag_time_max_ms,
+                    self.config.min_insync_replicas, self.config.replica_lag_time_max_ms, ray_node_id(),
                 )
                 # The controller fences the followers at a fresh epoch before this instance serves.
                 ctx.epoch = await self._replication.start()
@@ -340,7 +332,7 @@ class CoordinatorShard:
             "groups": 0 if self._ctx.shard is None else len(self._ctx.shard.groups),
             "pid": os.getpid(),
             "node": self._node,
-            "ray_node_id": _ray_node_id(),
+            "ray_node_id": ray_node_id(),
             "isr": None if self._replication is None else sorted(self._replication.isr),
             "namespace": self._namespace,
             "topics": len(self._topics),

@@ -137,7 +137,10 @@ def write_replica_state(directory: str, state: dict | None, fenced_epoch: int) -
 
 
 def read_node_descriptor(node_dir: str) -> dict | None:
-    """The node's descriptor (``{"num_partitions": N, "node": name}``) or None on a fresh disk."""
+    """The node's descriptor or None on a fresh disk: ``num_partitions``, ``node``, ``min_insync_replicas``
+    (the lowest the deployment ever ran with: acknowledged writes are held by at least that many
+    replicas, which is what a recovery quorum must be measured against) and ``layout_created`` (every
+    partition of the deployment was created: a partition no disk knows must not be created again)."""
     path = os.path.join(node_dir, DESCRIPTOR_FILE)
     _remove_leftover(path)
     data = _read_json(path)
@@ -149,13 +152,23 @@ def read_node_descriptor(node_dir: str) -> dict | None:
     node = data.get("node")
     if not isinstance(node, str) or not node:
         raise ReplicaStateError(f"{path}: node must be a non-empty name, got {node!r}")
-    return {"num_partitions": num, "node": node}
+    min_isr = data.get("min_insync_replicas")
+    if min_isr is not None:
+        _int(min_isr, "min_insync_replicas", path, 1)
+    created = data.get("layout_created", False)
+    if not isinstance(created, bool):
+        raise ReplicaStateError(f"{path}: layout_created must be true or false, got {created!r}")
+    return {"num_partitions": num, "node": node, "min_insync_replicas": min_isr, "layout_created": created}
 
 
-def write_node_descriptor(node_dir: str, node: str, num_partitions: int) -> None:
+def write_node_descriptor(node_dir: str, node: str, num_partitions: int, min_insync_replicas: int | None = None,
+                          layout_created: bool = False) -> None:
     _int(num_partitions, "num_partitions", "node descriptor", 1)
+    if min_insync_replicas is not None:
+        _int(min_insync_replicas, "min_insync_replicas", "node descriptor", 1)
     os.makedirs(node_dir, exist_ok=True)
-    payload = {"format": FORMAT, "node": node, "num_partitions": num_partitions}
+    payload = {"format": FORMAT, "node": node, "num_partitions": num_partitions,
+               "min_insync_replicas": min_insync_replicas, "layout_created": bool(layout_created)}
     atomic_write(os.path.join(node_dir, DESCRIPTOR_FILE), json.dumps(payload, sort_keys=True).encode())
 
 

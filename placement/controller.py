@@ -33,6 +33,7 @@ from placement.decide import (
     Commit,
     Decision,
     Event,
+    MarkLayout,
     Metadata,
     NodeReport,
     Observations,
@@ -41,6 +42,7 @@ from placement.decide import (
     ShardObservation,
     StartShard,
     StopShard,
+    SyncStates,
     bump,
     decide,
     on_expand_isr,
@@ -86,8 +88,9 @@ def node_report(raw: dict, node_id: str) -> NodeReport:
     for p, r in raw["replicas"].items():
         state = None if r["state"] is None else assignment_from_dict(r["state"])
         replicas[int(p)] = ReplicaReport(state, r["fenced_epoch"])
-    descriptor = raw.get("descriptor")
-    return NodeReport(node_id, None if descriptor is None else descriptor["num_partitions"], replicas)
+    d = raw.get("descriptor") or {}
+    return NodeReport(node_id, d.get("num_partitions"), replicas, min_insync_replicas=d.get("min_insync_replicas"),
+                      layout_created=bool(d.get("layout_created")), error=raw.get("descriptor_error"))
 
 
 class Controller:
@@ -106,7 +109,13 @@ class Controller:
         self._reports: dict[str, tuple[str, asyncio.Task, float]] = {}  # node -> (incarnation, report, since)
         self._warned: set[str] = set()
         self._topics_version = 0
+        self._pe_floor: dict[int, int] = {}  # per partition: the highest partition epoch sent or seen on a disk
         self.events: deque[dict] = deque(maxlen=2_000)
+        if ray.is_initialized():  # (never start a Ray just to ask: a plain instance has no loop to start)
+            try:  # run the loop from the start, not from the first call (after a restart nobody may call)
+                ray.get_runtime_context().current_actor.ensure_running.remote()
+            except Exception:  # noqa: BLE001 - constructed outside an actor: nothing to start
+                pass
 
     # ------------------------------------------------------------------------------------------
     # Start
@@ -118,10 +127,16 @@ class Controller:
             return
         self._lock = asyncio.Lock()
         raw = self._actors.kv_get(PARTITIONS_KEY)
-        if raw is not None:
-            self._meta = dataclasses.replace(self._meta, partitions=_from_json(raw))
+        cached = {} if raw is None else _from_json(raw)
+        if cached and set(cached) <= set(range(self.settings.num_partitions)):
+            self._meta = dataclasses.replace(self._meta, partitions=cached)
+        elif cached:
+            log.warning("ignoring a cached partition table that does not fit %d partitions", self.settings.num_partitions)
         self._topics_version = self._actors.read_topics()[1]
         self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def ensure_running(self) -> None:
+        await self._ensure_running()
 
     async def start(self) -> dict:
         """Start (idempotent) and wait until every alive coordinator node's disk has reported, so that a
@@ -150,18 +165,25 @@ class Controller:
     async def _round(self) -> None:
         obs = await self._observe()
         async with self._lock:
-            now_ms = int(time.time() * 1000)
-            decision = decide(self._meta, obs, now_ms)
+            # Monotonic: every time in the metadata is this process's own (a clock step is not silence).
+            now_ms = int(time.monotonic() * 1000)
+            before = self._meta
+            decision = decide(before, obs, now_ms)
             self._meta = decision.metadata
             self._obs = obs
-            await self._perform(decision)
+            if not await self._perform(decision):
+                # Something it decided did not take effect: keep what did (partitions, holders, marks) and
+                # decide the rest again from the state of before, so that nothing seen this round (a
+                # restarted node, a report) is forgotten.
+                self._meta = dataclasses.replace(before, partitions=self._meta.partitions, held=self._meta.held,
+                                                 marked=self._meta.marked)
 
     # ------------------------------------------------------------------------------------------
     # Observe
     # ------------------------------------------------------------------------------------------
     async def _observe(self) -> Observations:
         ray_nodes = await asyncio.to_thread(self._actors.ray_nodes)
-        nodes = coordinator_nodes(ray_nodes, self._meta.incarnations)
+        nodes = coordinator_nodes(ray_nodes, self._meta.incarnations, self._meta.superseded)
         for name, o in nodes.items():
             if o.alive and not o.labelled and name not in self._warned:
                 self._warned.add(name)
@@ -184,6 +206,8 @@ class Controller:
                 task = self._reports.pop(name)[1]
                 try:
                     raw = task.result()
+                    if raw.get("ray_node_id") not in (None, o.node_id):
+                        raise RuntimeError(f"the report came from incarnation {raw['ray_node_id']}, not {o.node_id}")
                     out[name] = node_report(raw, o.node_id)
                     await self._reconcile_topics(name, raw)
                     continue
@@ -231,62 +255,93 @@ class Controller:
     # ------------------------------------------------------------------------------------------
     # Perform
     # ------------------------------------------------------------------------------------------
-    async def _perform(self, decision: Decision) -> None:
-        failed = set()
+    async def _perform(self, decision: Decision) -> bool:
+        """Perform the decision; False if some commit did not take effect."""
         commits = decision.of(Commit)
         for event in decision.of(Event):
             self._event(event.as_dict())
         results = await asyncio.gather(*(self._commit(c) for c in commits))
         failed = {c.partition for c, ok in zip(commits, results, strict=True) if not ok}
-        if failed:
-            self._meta = dataclasses.replace(self._meta, placed_on=())  # plan again next round
+        for mark in decision.of(MarkLayout):
+            await self._mark_layout(mark.nodes)
+        for sync in decision.of(SyncStates):
+            for p in sync.partitions:
+                if p in self._meta.partitions:
+                    await self._persist(p, self._meta.partitions[p], [sync.node])
         for action in decision.actions:
             if isinstance(action, StartShard) and action.partition not in failed:
                 await self._start_shard(action)
             elif isinstance(action, StopShard) and action.partition not in failed:
                 self._actors.kill_shard(action.partition)
                 self._event({"event": "shard-stopped", "partition": action.partition, "reason": action.reason})
+        return not failed
+
+    async def _mark_layout(self, nodes: tuple[str, ...]) -> None:
+        async def one(node: str) -> str | None:
+            try:
+                ok = await asyncio.wait_for(self._actors.log_server(node).mark_layout.remote(), PERSIST_TIMEOUT_S)
+                return node if ok else None
+            except (TimeoutError, ray.exceptions.RayError, ValueError):
+                return None
+
+        done = {n for n in await asyncio.gather(*(one(n) for n in nodes)) if n is not None}
+        self._meta = dataclasses.replace(self._meta, marked=self._meta.marked | done)
 
     async def _commit(self, c: Commit) -> bool:
         """Persist ``c`` on the replicas' disks (the leader and every alive in-sync replica must take it),
         then in the GCS cache, then apply it. False (nothing applied) if that is impossible now."""
         a = c.assignment
-        current = self._meta.partitions.get(c.partition)
+        p = c.partition
+        current = self._meta.partitions.get(p)
         if current is not None and current.partition_epoch >= a.partition_epoch:
             return False  # a leader's request committed a newer state meanwhile: decide again
+        if self._obs is None:
+            return False  # not looked at the cluster yet: no idea which replicas must take it
         alive = self._alive()
-        for attempt in range(2):
+        missing: set[str] = set()
+        for _attempt in range(3):
+            # Never reuse a partition epoch: one a failed commit left on some disk names another state.
+            a = dataclasses.replace(a, partition_epoch=max(a.partition_epoch, self._pe_floor.get(p, -1) + 1))
+            self._pe_floor[p] = a.partition_epoch
             targets = (set(a.replicas) | set(c.previous.replicas if c.previous else ())) & alive
             required = ({a.leader} | set(a.isr)) & alive - {None}
-            persisted = await self._persist(c.partition, a, sorted(targets))
+            persisted, stale = await self._persist(p, a, sorted(targets))
             missing = required - persisted
             if not missing:
                 break
-            if a.leader in missing or attempt == 1 or not set(a.isr) - missing:
-                self._event({"event": "commit-failed", "partition": c.partition, "reason": c.reason,
-                             "unreachable": sorted(missing)})
-                return False
-            # A follower that cannot take the state now cannot be counted on later: it leaves the ISR
-            # (the leader catches it up and it rejoins).
+            if stale:
+                # Those disks hold a higher partition epoch already: number this state above it and retry.
+                self._pe_floor[p] = max(self._pe_floor[p], *stale.values())
+                continue
+            if a.leader in missing:
+                break
+            # A follower that cannot take the state now cannot be counted on later: it leaves the ISR (the
+            # leader catches it up and it rejoins).
             a = bump(a, isr=tuple(n for n in a.isr if n not in missing))
-        self._meta = self._meta.with_partition(c.partition, a, persisted)
+        if missing:
+            self._event({"event": "commit-failed", "partition": p, "reason": c.reason, "unreachable": sorted(missing)})
+            return False
+        self._meta = self._meta.with_partition(p, a, c.holders & persisted)
         self._save()
         return True
 
-    async def _persist(self, partition: int, a: PartitionAssignment, nodes: list[str]) -> set[str]:
+    async def _persist(self, partition: int, a: PartitionAssignment,
+                       nodes: list[str]) -> tuple[set[str], dict[str, int]]:
+        """Push ``a`` to the LogServers of ``nodes``: the nodes that persisted it, and those that refused it as
+        stale with the partition epoch they hold."""
         state = assignment_to_dict(a)
 
-        async def one(node: str) -> bool:
+        async def one(node: str) -> dict:
             try:
                 handle = self._actors.log_server(node)
-                r = await asyncio.wait_for(handle.update_partition.remote(partition, state), PERSIST_TIMEOUT_S)
-                return bool(r.get("ok"))
+                return await asyncio.wait_for(handle.update_partition.remote(partition, state), PERSIST_TIMEOUT_S)
             except (TimeoutError, ray.exceptions.RayError, ValueError) as e:
                 log.info("partition %d: could not persist its state on %s: %s", partition, node, e)
-                return False
+                return {"ok": False}
 
-        results = await asyncio.gather(*(one(n) for n in nodes))
-        return {n for n, ok in zip(nodes, results, strict=True) if ok}
+        results = dict(zip(nodes, await asyncio.gather(*(one(n) for n in nodes)), strict=True))
+        stale = {n: r["partition_epoch"] for n, r in results.items() if r.get("reason") == "stale"}
+        return {n for n, r in results.items() if r.get("ok")}, stale
 
     def _save(self) -> None:
         try:
@@ -310,22 +365,25 @@ class Controller:
         return self._obs.alive() - set(self._meta.refused)
 
     def _event(self, event: dict) -> None:
-        event = {"t": time.time(), **event}
+        event = {"t": time.time(), **event}  # wall time, for people reading the timeline
         self.events.append(event)
         log.info("controller %s", event)
 
     # ------------------------------------------------------------------------------------------
     # Requests from leaders (epoch-checked)
     # ------------------------------------------------------------------------------------------
-    async def leader_started(self, partition: int, node: str) -> dict | None:
-        """A shard actor on ``node`` is about to serve ``partition``: give it a fresh epoch (above every
-        earlier incarnation's), persisted and fenced on the replicas, with the replicas and the ISR. None
-        if ``node`` does not lead the partition."""
+    async def leader_started(self, partition: int, node: str, ray_node_id: str | None = None) -> dict | None:
+        """A shard actor on ``node`` (Ray node ``ray_node_id``) is about to serve ``partition``: give it a
+        fresh epoch (above every earlier incarnation's), persisted and fenced on the replicas, with the
+        replicas and the ISR. None if ``node`` does not lead the partition; ``{"wait": reason}`` while this
+        controller has not yet checked that incarnation of the node and its disk."""
         await self._ensure_running()
         async with self._lock:
-            new = on_leader_started(self._meta, partition, node)
-            if new is None:
-                return None
+            if self._obs is None:
+                return {"wait": "the controller has not looked at the cluster yet"}
+            new = on_leader_started(self._meta, partition, node, ray_node_id)
+            if new is None or isinstance(new, str):
+                return None if new is None else {"wait": new}
             await self._commit_or_raise(Commit(partition, new, self._meta.partitions[partition], "leader started"))
             a = self._meta.partitions[partition]
             return {"leader_epoch": a.leader_epoch, "replicas": list(a.replicas), "isr": list(a.isr)}
@@ -333,7 +391,7 @@ class Controller:
     async def _commit_or_raise(self, c: Commit) -> None:
         """A leader's request: a state that cannot be persisted now is an error the leader retries, not a
         refusal (False means deposed)."""
-        if not await self._commit(c):
+        if self._obs is None or not await self._commit(c):
             raise RuntimeError(f"could not persist the state of partition {c.partition} ({c.reason}) on its "
                                f"leader and in-sync replicas; try again")
 
@@ -355,7 +413,9 @@ class Controller:
         async with self._lock:
             ok, new = on_expand_isr(self._meta, partition, leader_epoch, node)
             if new is not None:
-                await self._commit_or_raise(Commit(partition, new, self._meta.partitions[partition], f"{node} caught up"))
+                # Caught up by the leader: from now on this node's disk holds the partition.
+                await self._commit_or_raise(Commit(partition, new, self._meta.partitions[partition], f"{node} caught up",
+                                                   frozenset({node})))
                 self._event({"event": "isr-expand", "partition": partition, "node": node})
             return ok
 

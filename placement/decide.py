@@ -88,9 +88,11 @@ class Settings:
         if not isinstance(self.unclean_election, bool):
             raise TypeError(f"unclean_election must be a bool, got {type(self.unclean_election).__name__}")
 
-    def recovery_quorum(self, replicas: int) -> int:
-        """How many replicas of a partition must report their state before it is recovered from disks."""
-        return max(1, replicas - min(self.min_insync_replicas, replicas) + 1)
+    def recovery_quorum(self, replicas: int, min_insync_replicas: int | None = None) -> int:
+        """How many replicas of a partition must report before it is recovered from disks: enough to meet
+        every set of ``min.insync.replicas`` of them (any ISR that acknowledged a write)."""
+        min_isr = self.min_insync_replicas if min_insync_replicas is None else min_insync_replicas
+        return max(1, replicas - min(min_isr, replicas) + 1)
 
 
 # --------------------------------------------------------------------------- observations
@@ -119,6 +121,9 @@ class NodeReport:
     node_id: str  # the incarnation that reported
     num_partitions: int | None  # from the node's descriptor; None on a fresh disk
     replicas: Mapping[int, ReplicaReport] = field(default_factory=dict)
+    min_insync_replicas: int | None = None  # the lowest the deployment ran with, as this disk recorded it
+    layout_created: bool = False  # this disk recorded that every partition was created
+    error: str | None = None  # the node's descriptor could not be read
 
 
 @dataclass(frozen=True)
@@ -156,6 +161,9 @@ class Metadata:
     # only those replicas are electable, so a node back with an empty disk never leads.
     held: Mapping[str, frozenset[int]] = field(default_factory=dict)
     refused: Mapping[str, str] = field(default_factory=dict)  # node name -> why its disk is not used
+    superseded: frozenset[str] = frozenset()  # Ray node ids of incarnations replaced by a newer one
+    marked: frozenset[str] = frozenset()  # nodes whose disk records that the layout was created
+    min_isr_seen: int | None = None  # the lowest min.insync.replicas any disk recorded
     recovery: Mapping[int, Mapping[str, ReplicaReport]] = field(default_factory=dict)
     shards: Mapping[int, ShardTrack] = field(default_factory=dict)
     placed_on: tuple[str, ...] = ()  # the node set replicas were last planned over
@@ -163,11 +171,17 @@ class Metadata:
     last_balance_ms: int = 0
 
     def with_partition(self, partition: int, assignment: PartitionAssignment, holders=()) -> Metadata:
-        """``assignment`` took effect, persisted on the disks of ``holders``."""
+        """``assignment`` took effect; ``holders`` now hold the partition's data (its creation, or a replica
+        that was caught up and rejoined the ISR). An ordinary commit adds no holder: writing a state file
+        on a node does not put the partition's log there."""
         held = dict(self.held)
         for node in holders:
             held[node] = held.get(node, frozenset()) | {partition}
         return replace(self, partitions={**self.partitions, partition: assignment}, held=held)
+
+    def min_insync_replicas(self) -> int:
+        """What a recovery quorum must assume: the lowest min.insync.replicas configured or recorded."""
+        return min(self.settings.min_insync_replicas, self.min_isr_seen or self.settings.min_insync_replicas)
 
 
 def bump(a: PartitionAssignment, **changes: Any) -> PartitionAssignment:
@@ -187,6 +201,22 @@ class Commit:
     assignment: PartitionAssignment
     previous: PartitionAssignment | None
     reason: str
+    holders: frozenset[str] = frozenset()  # nodes that hold the partition's data once this takes effect
+
+
+@dataclass(frozen=True)
+class MarkLayout:
+    """Record on these nodes' disks that every partition exists (so none is ever created again)."""
+
+    nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SyncStates:
+    """Send ``node`` the current state of ``partitions``: its disk holds older ones (it was away)."""
+
+    node: str
+    partitions: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -213,7 +243,7 @@ class Event:
         return {"event": self.kind, **dict(self.fields)}
 
 
-Action = Commit | StartShard | StopShard | Event
+Action = Commit | MarkLayout | SyncStates | StartShard | StopShard | Event
 
 
 @dataclass(frozen=True)
@@ -243,6 +273,11 @@ class _Round:
         self.reported = dict(meta.reported)
         self.held = dict(meta.held)
         self.refused = dict(meta.refused)
+        self.superseded = set(meta.superseded)
+        self.marked = set(meta.marked)
+        self.min_isr_seen = meta.min_isr_seen
+        self.holders: dict[int, frozenset[str]] = {}
+        self.resync: dict[str, set[int]] = {}
         # A recovered partition leaves the recovery table only once its commit took effect.
         self.recovery = {p: dict(r) for p, r in meta.recovery.items() if p not in meta.partitions}
         self.shards = dict(meta.shards)
@@ -266,6 +301,9 @@ class _Round:
         self.parts[p] = a
         self.reasons[p] = reason if p not in self.reasons else f"{self.reasons[p]}; {reason}"
 
+    def min_isr_seen_or_settings(self) -> int:
+        return min(self.s.min_insync_replicas, self.min_isr_seen or self.s.min_insync_replicas)
+
     def leader_changed(self, p: int) -> bool:
         old, a = self.meta.partitions.get(p), self.parts[p]
         return old is None or (old.leader, old.leader_epoch) != (a.leader, a.leader_epoch)
@@ -273,6 +311,11 @@ class _Round:
     def start(self, p: int, node: str, reason: str) -> None:
         self.to_start[p] = (node, reason)
         self.shards[p] = ShardTrack(node, self.now)
+
+    def lost(self, node: str, p: int) -> bool:
+        """``node``'s current incarnation reported a disk that does not hold ``p`` (wiped, replaced)."""
+        return self.reported.get(node) == self.incarnations.get(node) is not None and \
+            p not in self.held.get(node, ()) and node not in self.holders.get(p, ()) and node not in self.refused
 
     def electable(self, p: int, candidates: set[str]) -> tuple[list[str], bool]:
         """The ``candidates`` whose disk is known to hold ``p``, and whether some other candidate has not
@@ -310,7 +353,9 @@ class _Round:
                 self.event("node-joined", node=name, node_id=o.node_id)
             elif known != o.node_id:
                 self.restarted.add(name)
+                self.superseded.add(known)
                 self.held.pop(name, None)  # known again once this incarnation has reported its disk
+                self.marked.discard(name)
                 self.event("node-restarted", node=name, node_id=o.node_id)
             self.incarnations[name] = o.node_id
             self.dead_since.pop(name, None)
@@ -332,20 +377,30 @@ class _Round:
             if o is None or not o.alive or o.node_id != r.node_id:
                 continue  # from an incarnation that is gone: its successor reports again
             self.reported[name] = r.node_id
-            if r.num_partitions is not None and r.num_partitions != self.s.num_partitions:
+            why = None
+            if r.error is not None:
+                why = f"its data directory cannot be read: {r.error}"
+            elif r.num_partitions is not None and r.num_partitions != self.s.num_partitions:
                 why = (f"its data directory belongs to a deployment of {r.num_partitions} partitions, not "
                        f"{self.s.num_partitions}")
+            if why is not None:
                 if self.refused.get(name) != why:
                     self.event("node-refused", node=name, reason=why)
                 self.refused[name] = why
                 continue
             self.refused.pop(name, None)
             self.held[name] = frozenset(p for p, rr in r.replicas.items() if rr.state is not None)
+            if r.layout_created:
+                self.marked.add(name)
+            if r.min_insync_replicas is not None:
+                self.min_isr_seen = min(r.min_insync_replicas, self.min_isr_seen or r.min_insync_replicas)
             for p, rr in sorted(r.replicas.items()):
                 if not 0 <= p < self.s.num_partitions:
                     continue
                 if p in self.parts:
                     self._merge(p, name, rr)
+                    if rr.state is not None and rr.state.partition_epoch < self.parts[p].partition_epoch:
+                        self.resync.setdefault(name, set()).add(p)
                 else:
                     self.recovery.setdefault(p, {})[name] = rr
         for p in sorted(self.recovery):
@@ -367,8 +422,14 @@ class _Round:
             return
         newest = max(held.values(), key=lambda a: a.partition_epoch)
         holders = sorted(n for n in held if n in newest.replicas)
-        if len(holders) < self.s.recovery_quorum(len(newest.replicas)):
-            return
+        quorum = self.s.recovery_quorum(len(newest.replicas), self.min_isr_seen_or_settings())
+        if len(holders) < quorum:
+            # A partition that never had a leader (epoch 0: created, nothing acknowledged) is known well
+            # enough once a quorum of its replicas has reported at all: had it ever been led, they would
+            # hold a newer state.
+            reporters = [n for n in newest.replicas if self.reported.get(n) == self.incarnations.get(n)]
+            if newest.leader_epoch > 0 or len(reporters) < quorum:
+                return
         fenced = max(rr.fenced_epoch for rr in seen.values())
         a = bump(newest, leader_epoch=max(newest.leader_epoch, fenced))
         self.parts[p] = a
@@ -384,6 +445,8 @@ class _Round:
         alive = self.alive()
         if not alive or any(self.reported.get(n) != self.incarnations.get(n) for n in alive):
             return  # every disk that is up must have reported first
+        if self.marked:
+            return  # every partition was created once: the missing ones wait for their replicas
         if self.parts or any(rr.state is not None for r in self.recovery.values() for rr in r.values()):
             # A layout exists; a partition no disk knows was never created (the controller stopped while
             # creating), unless its replicas are all away: every node any state names must have reported.
@@ -396,7 +459,9 @@ class _Round:
         nodes = sorted(alive)
         target = plan(self.s.num_partitions, nodes, self.parts or None, self.s.replication_factor)
         for p in missing:
-            self.change(p, bump(target.partitions[p]), "created")
+            a = bump(target.partitions[p])
+            self.change(p, a, "created")
+            self.holders[p] = frozenset(a.replicas)
         self.event("partitions-created", partitions=missing, nodes=nodes)
 
     # --- 4. failures --------------------------------------------------------------------------
@@ -410,9 +475,11 @@ class _Round:
                 self.failover(p, f"leader node {a.leader} {why}", exclude=a.leader)
             elif a.leader is not None and a.leader not in a.replicas:
                 self.failover(p, f"leader {a.leader} is no longer a replica", exclude=a.leader)
+            elif a.leader is not None and self.lost(a.leader, p):
+                self.failover(p, f"the disk of leader {a.leader} does not hold the partition", exclude=a.leader)
             a = self.parts[p]
             if a.leader is not None:
-                drop = [n for n in a.isr if n in gone and n != a.leader]
+                drop = [n for n in a.isr if n != a.leader and (n in gone or self.lost(n, p))]
                 if drop:
                     self.change(p, bump(a, isr=tuple(n for n in a.isr if n not in drop)),
                                 f"{', '.join(drop)} left the ISR")
@@ -518,7 +585,7 @@ class _Round:
         for p in sorted(self.parts):
             a = self.parts[p]
             preferred = a.replicas[0]
-            if a.leader != preferred and preferred in live and preferred in a.isr:
+            if a.leader != preferred and preferred in live and preferred in a.isr and p in self.held.get(preferred, ()):
                 b = bump(a, leader=preferred, leader_epoch=a.leader_epoch + 1)
                 self.change(p, b, f"preferred leader {preferred}")
                 self.event("preferred-leader", partition=p, old=a.leader, new=preferred, epoch=b.leader_epoch)
@@ -527,7 +594,17 @@ class _Round:
     def result(self) -> Decision:
         actions: list[Action] = list(self.events)
         for p in sorted(self.reasons):
-            actions.append(Commit(p, self.parts[p], self.meta.partitions.get(p), self.reasons[p]))
+            actions.append(Commit(p, self.parts[p], self.meta.partitions.get(p), self.reasons[p],
+                                  self.holders.get(p, frozenset())))
+        for node, partitions in sorted(self.resync.items()):
+            stale = tuple(sorted(p for p in partitions if p not in self.reasons))  # a commit updates the others
+            if stale:
+                actions.append(SyncStates(node, stale))
+        if len(self.meta.partitions) == self.s.num_partitions:
+            unmarked = tuple(sorted(n for n in self.alive() if n not in self.marked and
+                                    self.reported.get(n) == self.incarnations.get(n)))
+            if unmarked:
+                actions.append(MarkLayout(unmarked))
         for p in sorted(set(self.reasons) | set(self.to_start)):
             a = self.parts[p]
             old = self.meta.partitions.get(p)
@@ -546,7 +623,8 @@ class _Round:
             self.last_balance = self.now  # let leadership settle for a whole interval before balancing
         meta = replace(
             self.meta, incarnations=self.incarnations, dead_since_ms=self.dead_since, reported=self.reported,
-            held=self.held,
+            held=self.held, superseded=frozenset(self.superseded), marked=frozenset(self.marked),
+            min_isr_seen=self.min_isr_seen,
             refused=self.refused, recovery=self.recovery, shards=self.shards, placed_on=self.placed_on,
             started_ms=self.started, last_balance_ms=self.last_balance,
         )
@@ -570,12 +648,21 @@ def decide(meta: Metadata, obs: Observations, now_ms: int) -> Decision:
 # --------------------------------------------------------------------------- leaders' requests
 
 
-def on_leader_started(meta: Metadata, partition: int, node: str) -> PartitionAssignment | None:
-    """A shard on ``node`` is about to serve ``partition``: a fresh epoch above every earlier incarnation's
-    (the commit fences every replica at it), or None if ``node`` does not lead the partition."""
+def on_leader_started(meta: Metadata, partition: int, node: str,
+                      ray_node_id: str | None = None) -> PartitionAssignment | str | None:
+    """A shard on ``node`` (Ray node ``ray_node_id``) is about to serve ``partition``: a fresh epoch above
+    every earlier incarnation's (the commit fences every replica at it); None if ``node`` does not lead the
+    partition or the shard runs on a superseded incarnation of it; a reason to wait (a str) while the
+    controller has not yet seen this incarnation's disk holding the partition."""
     a = meta.partitions.get(partition)
-    if a is None or a.leader != node:
+    if a is None or a.leader != node or (ray_node_id is not None and ray_node_id in meta.superseded):
         return None
+    if ray_node_id is not None and meta.incarnations.get(node) != ray_node_id:
+        return f"the controller has not seen this incarnation of node {node} yet"
+    if meta.reported.get(node) != meta.incarnations.get(node):
+        return f"the disk of node {node} has not reported yet"
+    if partition not in meta.held.get(node, ()):
+        return f"the disk of node {node} does not hold partition {partition}"
     return bump(a, leader_epoch=a.leader_epoch + 1)
 
 
@@ -592,10 +679,10 @@ def on_shrink_isr(meta: Metadata, partition: int, leader_epoch: int, node: str) 
 def on_expand_isr(meta: Metadata, partition: int, leader_epoch: int, node: str) -> tuple[bool, PartitionAssignment | None]:
     """The leader of ``leader_epoch`` caught ``node`` up to its log end: it rejoins the ISR."""
     a = meta.partitions.get(partition)
-    if a is None or a.leader_epoch != leader_epoch or node not in a.replicas:
+    if a is None or a.leader_epoch != leader_epoch:
         return False, None
-    if node in a.isr:
-        return True, None
+    if node in a.isr or node not in a.replicas:
+        return True, None  # nothing to do (a replica moved away meanwhile is simply not added)
     return True, bump(a, isr=(*a.isr, node))
 
 

@@ -56,18 +56,22 @@ def is_coordinator(ray_node: Mapping[str, Any]) -> bool:
         NODE_LABEL in (ray_node.get("Labels") or {})
 
 
-def coordinator_nodes(ray_nodes: Iterable[Mapping[str, Any]],
-                      known: Mapping[str, str] | None = None) -> dict[str, NodeObservation]:
+def coordinator_nodes(ray_nodes: Iterable[Mapping[str, Any]], known: Mapping[str, str] | None = None,
+                      superseded: Iterable[str] = ()) -> dict[str, NodeObservation]:
     """The coordinator nodes of ``ray.nodes()``, by name. Ray keeps dead incarnations in its node table,
-    so a name can appear several times: an alive entry wins, and of two alive ones (a node restarted
-    before Ray declared its old incarnation dead) the one that is not the ``known`` incarnation."""
+    so a name can appear several times: an alive entry wins, an incarnation already ``superseded`` by a
+    newer one never comes back (it is dead to us, whatever Ray still says), and of two other alive ones
+    (a node restarted before Ray declared its old incarnation dead) the one that is not the ``known``
+    incarnation."""
     known = known or {}
+    gone = set(superseded)
     out: dict[str, NodeObservation] = {}
     for entry in ray_nodes:
         if not is_coordinator(entry):
             continue
         name, labelled = name_of(entry)
-        seen = NodeObservation(name, entry["NodeID"], bool(entry.get("Alive")), labelled)
+        seen = NodeObservation(name, entry["NodeID"], bool(entry.get("Alive")) and entry["NodeID"] not in gone,
+                               labelled)
         prior = out.get(name)
         if prior is None or _better(seen, prior, known.get(name)):
             out[name] = seen

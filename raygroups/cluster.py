@@ -40,7 +40,7 @@ from offsets_log.replica_state import (
     write_node_descriptor,
     write_topics_file,
 )
-from placement.controller import CONTROLLER_NAME
+from placement.controller import CONTROLLER_NAME, PARTITIONS_KEY
 from placement.nodes import COORDINATOR_RESOURCE, NODE_LABEL, validate_node_name
 from raygroups.client import RayGroupClient
 
@@ -101,21 +101,26 @@ class Cluster:
         return ray.get_actor(shard_name(partition), namespace=self.namespace)
 
     def shard_status(self, timeout_s: float = 30) -> list[dict]:
-        """Each shard's ``status()``; a shard that cannot answer (restarting, dead) shows as UNAVAILABLE."""
-        refs = []
+        """Each shard's ``status()``, waiting at most ``timeout_s`` in all; a shard that cannot answer by
+        then (being started or restarted, dead) shows as UNAVAILABLE."""
+        refs: dict[int, Any] = {}
         for p in range(self.num_partitions):
             try:
-                refs.append(self.shard(p).status.remote())
+                refs[p] = self.shard(p).status.remote()
             except ValueError:
-                refs.append(None)
+                pass
+        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s) if refs else ([], [])
+        done = set(ready)
         out = []
-        for p, ref in enumerate(refs):
-            try:
-                out.append(ray.get(ref, timeout=timeout_s) if ref is not None else None)
-            except (ray.exceptions.RayError, TimeoutError):
-                out.append(None)
-            if out[-1] is None:
-                out[-1] = {"partition": p, "state": "UNAVAILABLE", "pid": None, "leader_epoch": None, "node": None}
+        for p in range(self.num_partitions):
+            status = None
+            if p in refs and refs[p] in done:
+                try:
+                    status = ray.get(refs[p], timeout=0)
+                except (ray.exceptions.RayError, TimeoutError):
+                    status = None
+            out.append(status or {"partition": p, "state": "UNAVAILABLE", "pid": None, "leader_epoch": None,
+                                  "node": None})
         return out
 
     def kill_shard(self, partition: int) -> None:
@@ -285,7 +290,7 @@ class Cluster:
             self._stop_shards()
             if self.replicated:
                 self._stop_log_servers(node_names)
-            for key in (DEPLOYMENT_KEY, TOPICS_KEY, TOPICS_VERSION_KEY):
+            for key in (DEPLOYMENT_KEY, TOPICS_KEY, TOPICS_VERSION_KEY, PARTITIONS_KEY):
                 kv_delete(key, self.namespace)
         if self._owns_ray and ray.is_initialized():
             ray.shutdown()

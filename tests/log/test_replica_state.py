@@ -48,7 +48,8 @@ def test_a_restarted_log_server_refuses_appends_below_its_persisted_fence(tmp_pa
         assert (await again.append(0, [batch(1, 5)], 5))["ok"]
         report = await again.report()
         assert report["replicas"][0] == {"state": state(epoch=5), "fenced_epoch": 5}
-        assert report["descriptor"] == {"num_partitions": 4, "node": "B"}
+        assert report["descriptor"] == {"num_partitions": 4, "node": "B", "min_insync_replicas": None,
+                                        "layout_created": False}
 
     asyncio.run(scenario())
 
@@ -146,15 +147,53 @@ def test_bad_states_are_refused_naming_the_field(change, message):
         validate_partition_state({k: v for k, v in state().items() if k != "isr"})
 
 
-def test_the_node_descriptor_is_written_once_and_checked(tmp_path):
+def test_the_node_descriptor_is_written_once_and_an_unreadable_one_is_reported_not_overwritten(tmp_path):
     server(tmp_path, num_partitions=8)
-    assert read_node_descriptor(str(tmp_path / "B")) == {"num_partitions": 8, "node": "B"}
+    assert read_node_descriptor(str(tmp_path / "B"))["num_partitions"] == 8
     again = server(tmp_path, num_partitions=50)  # what the disk holds wins; the controller compares
-    assert again.descriptor == {"num_partitions": 8, "node": "B"}
+    assert again.descriptor["num_partitions"] == 8
     with open(tmp_path / "B" / "deployment.json", "w") as f:
         json.dump({"format": 1, "num_partitions": 0, "node": "B"}, f)
-    with pytest.raises(ReplicaStateError, match="num_partitions must be >= 1"):
-        server(tmp_path)
+    broken = server(tmp_path)  # starts, so that the controller can say why the node is refused
+    report = asyncio.run(broken.report())
+    assert report["descriptor"] is None and "num_partitions must be >= 1" in report["descriptor_error"]
+    assert json.load(open(tmp_path / "B" / "deployment.json"))["num_partitions"] == 0  # evidence kept
+
+
+def test_the_descriptor_keeps_the_lowest_min_isr_and_records_the_layout(tmp_path):
+    def make(min_isr):
+        return LogServer("B", str(tmp_path / "B"), 1 << 20, None, 4, min_isr)
+
+    make(2)
+    make(1)  # the deployment ran with min.insync.replicas=1 once: writes may be on one replica only
+    ls = make(2)
+    assert ls.descriptor["min_insync_replicas"] == 1
+    assert asyncio.run(ls.mark_layout())
+    assert read_node_descriptor(str(tmp_path / "B")) == {"num_partitions": 4, "node": "B", "min_insync_replicas": 1,
+                                                         "layout_created": True}
+
+
+def test_another_state_under_the_same_partition_epoch_is_refused(tmp_path):
+    async def scenario():
+        ls = server(tmp_path)
+        assert (await ls.update_partition(0, state(pe=4)))["ok"]
+        assert await ls.update_partition(0, state(pe=4, isr=("A", "C"))) == {
+            "ok": False, "reason": "stale", "node": "B", "partition_epoch": 4}
+        assert (await ls.update_partition(0, state(pe=4)))["ok"]  # the very same one: fine
+
+    asyncio.run(scenario())
+
+
+def test_a_node_back_with_a_stale_state_naming_it_leader_follows_once_told_the_current_one(tmp_path):
+    async def scenario():
+        ls = server(tmp_path)
+        await ls.update_partition(0, state(leader="B", epoch=2, pe=2))  # it led, then died
+        await ls.close()
+        again = server(tmp_path)  # leadership moved while it was down: its disk does not know
+        await again.update_partition(0, state(leader="A", epoch=3, pe=3, isr=("A",)))  # the controller's sync
+        assert (await again.append(0, [batch(0, 3)], 3))["ok"]  # a follower, caught up by the new leader
+
+    asyncio.run(scenario())
 
 
 def test_registered_topics_survive_a_restart_and_an_older_registry_is_refused(tmp_path):

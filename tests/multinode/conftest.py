@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 
 import pytest
@@ -123,8 +122,8 @@ def node_labels() -> dict[str, str]:
 
 
 def shard_placement_problems(cluster) -> list[str]:
-    """What contradicts "exactly one shard serves each partition, the controller's leader at its epoch, on
-    the leader's node, which holds the partition's log" right now (empty when it holds)."""
+    """What contradicts "exactly one shard serves each partition: the controller's leader, at its epoch,
+    running on the Ray node that carries the leader's name" right now (empty when it holds)."""
     statuses = cluster.shard_status()
     labels = node_labels()
     problems = []
@@ -136,14 +135,12 @@ def shard_placement_problems(cluster) -> list[str]:
             problems.append(f"partition {p}: shard {status} vs controller {state}")
         elif labels.get(status["ray_node_id"]) != state["leader"]:
             problems.append(f"partition {p}: shard runs on {labels.get(status['ray_node_id'])}, not {state['leader']}")
-        elif not os.path.isdir(os.path.join(cluster.data_dir, state["leader"], f"__consumer_offsets-{p}")):
-            problems.append(f"partition {p}: no log of it under {state['leader']}")
     return problems
 
 
 def check_one_shard_per_partition(cluster, timeout_s: float = 60) -> None:
     """(5) once leadership has settled (a preferred-leader move may be under way), exactly one shard
-    serves each partition: the controller's leader, at its epoch, on its node, next to its log."""
+    serves each partition: the controller's leader, at its epoch, on its node (where its log is)."""
     last: list[str] = []
 
     def settled() -> bool:
@@ -162,15 +159,18 @@ def check_followers_match_leader(cluster) -> None:
     import ray
 
     for p in range(cluster.num_partitions):
+        replicas = None
         for _ in range(20):
             check_one_shard_per_partition(cluster)
             state = cluster.partition_state(p)
             try:
-                replicas = {n: cluster.replica_records(p, n) for n in state["isr"]}
+                read = {n: cluster.replica_records(p, n) for n in state["isr"]}
             except ray.exceptions.RayError:
                 continue
             if cluster.partition_state(p)["leader_epoch"] == state["leader_epoch"]:
+                replicas = read
                 break
+        assert replicas is not None, f"partition {p}: no stable leadership to compare its replicas under"
         leader_records = replicas[state["leader"]]
         for node, records in replicas.items():
             assert records == leader_records, f"partition {p} replica on {node}"

@@ -1,9 +1,11 @@
-"""A Ray-free world for the controller's pure decisions: nodes that die, restart and pause, shard actors
-that take their time to start, disks that keep partition states. ``World.step`` observes the world as the
-controller actor does, calls ``placement.decide.decide`` and performs its actions as the actor does
-(commit = persist on the alive replicas' disks, leader and ISR required, then the cache; start shard =
-replace the actor holding the shard's name). The decisions under test are the real ones; only Ray and
-the disks are played by this file."""
+"""A Ray-free world for the controller's pure decisions: nodes that die, restart, lose their disks and
+pause, LogServers that do not answer, shard actors that take their time to start, disks that keep
+partition states. ``World.step`` observes the world as the controller actor does, calls
+``placement.decide.decide`` and performs its actions as the actor does (commit = persist on the alive
+replicas' disks -- the leader and every in-sync replica must take it, an unreachable follower leaves the
+ISR, a disk holding a newer partition epoch makes the state renumbered above it -- then the cache; a failed
+commit keeps the soft state of before the round; start shard = replace the actor holding the shard's
+name). The decisions under test are the real ones; only Ray and the disks are played by this file."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from dataclasses import dataclass, replace
 from placement.decide import (
     Commit,
     Event,
+    MarkLayout,
     Metadata,
     NodeReport,
     Observations,
@@ -20,6 +23,7 @@ from placement.decide import (
     ShardObservation,
     StartShard,
     StopShard,
+    SyncStates,
     bump,
     decide,
     on_expand_isr,
@@ -43,6 +47,13 @@ class FakeShard:
     killed: bool = False
 
 
+@dataclass
+class Disk:
+    replicas: dict  # partition -> ReplicaReport
+    num_partitions: int | None = None
+    layout_created: bool = False
+
+
 class World:
     def __init__(self, nodes=NODES, num_partitions=4, rf=3, min_isr=2, start_delay_ms=500, **settings) -> None:
         self.settings = Settings(num_partitions, rf, min_isr, **settings)
@@ -51,13 +62,16 @@ class World:
         self.node_ids: dict[str, str] = {}
         self.alive: dict[str, bool] = {}
         self.paused: set[str] = set()  # nodes whose shard processes are stopped (SIGSTOP)
-        self.disks: dict[str, dict[int, ReplicaReport]] = {}
-        self.descriptors: dict[str, int] = {}
+        self.unreachable: set[str] = set()  # nodes whose LogServer does not answer at all
+        self.refuse_writes: set[str] = set()  # nodes whose LogServer answers reports but persists nothing
+        self.disks: dict[str, Disk] = {}
         self.gcs: dict = {}
         self.shards: dict[int, FakeShard] = {}
         self.start_delay_ms = start_delay_ms
         self.events: list[dict] = []
         self.starts: list[tuple[int, str]] = []
+        self.pe_floor: dict[int, int] = {}
+        self.recorded_min_isr: int | None = None  # what the disks' descriptors say, if not the setting
         self._ids = 0
         for n in nodes:
             self.boot(n)
@@ -71,23 +85,26 @@ class World:
         """A node (re)starts under ``name``: a new Ray node id, the same disk."""
         self.node_ids[name] = self._next_id(f"{name}#")
         self.alive[name] = True
-        self.disks.setdefault(name, {})
+        self.disks.setdefault(name, Disk({}))
 
     def kill(self, name: str) -> None:
         self.alive[name] = False
 
     def wipe(self, name: str) -> None:
         """The node's disk is replaced by an empty one (same name)."""
-        self.disks[name] = {}
-        self.descriptors.pop(name, None)
+        self.disks[name] = Disk({})
 
     def observe(self) -> Observations:
         nodes = {n: NodeObservation(n, self.node_ids[n], self.alive[n], True) for n in self.node_ids}
         reports = {}
         for n in nodes:
-            if self.alive[n] and self.meta.reported.get(n) != self.node_ids[n]:
-                self.descriptors.setdefault(n, self.settings.num_partitions)
-                reports[n] = NodeReport(self.node_ids[n], self.descriptors[n], dict(self.disks[n]))
+            if self.alive[n] and n not in self.unreachable and self.meta.reported.get(n) != self.node_ids[n]:
+                d = self.disks[n]
+                if d.num_partitions is None:
+                    d.num_partitions = self.settings.num_partitions
+                reports[n] = NodeReport(self.node_ids[n], d.num_partitions, dict(d.replicas),
+                                        min_insync_replicas=self.recorded_min_isr or self.settings.min_insync_replicas,
+                                        layout_created=d.layout_created)
         shards = {p: self._observe_shard(p) for p, a in self.meta.partitions.items() if a.leader is not None}
         return Observations(nodes, shards, reports)
 
@@ -102,9 +119,12 @@ class World:
         if s.node in self.paused:
             return ShardObservation("ALIVE", s.actor_id)
         answer = s.state
-        if s.state == "INITIAL":  # first probe: the process is up; it asks for its epoch, then loads
-            granted = self.leader_started(p, s.node)
-            s.epoch, s.state = (granted, "LOADING") if granted is not None else (None, "FAILED")
+        if s.state == "INITIAL":  # the process is up: it asks for its epoch (maybe told to wait), then loads
+            granted = self.leader_started(p, s.node, s.incarnation)
+            if granted is None:
+                s.state = "FAILED"
+            elif granted != "wait":
+                s.epoch, s.state = granted, "LOADING"
         elif s.state == "LOADING":
             s.state = "ACTIVE"
         return ShardObservation("ALIVE", s.actor_id, answer, s.node)
@@ -113,21 +133,31 @@ class World:
     def step(self, advance_ms: int = 200):
         self.now += advance_ms
         observations = self.observe()  # first: shards answering may have committed their epochs
-        decision = decide(self.meta, observations, self.now)
+        before = self.meta
+        decision = decide(before, observations, self.now)
         self.meta = decision.metadata
         failed = set()
         for action in decision.actions:
             if isinstance(action, Event):
                 self.events.append({"t": self.now, **action.as_dict()})
-            elif isinstance(action, Commit) and not self.commit(action.partition, action.assignment, action.previous):
+            elif isinstance(action, Commit) and not self.commit(action.partition, action.assignment,
+                                                                 action.previous, action.holders):
                 failed.add(action.partition)
-        if failed:
-            self.meta = replace(self.meta, placed_on=())
+            elif isinstance(action, SyncStates):
+                for p in action.partitions:
+                    self.persist(action.node, p, self.meta.partitions[p])
+            elif isinstance(action, MarkLayout):
+                done = {n for n in action.nodes if self.alive[n] and n not in self.unreachable}
+                for n in done:
+                    self.disks[n].layout_created = True
+                self.meta = replace(self.meta, marked=self.meta.marked | done)
         for action in decision.actions:
             if isinstance(action, StartShard) and action.partition not in failed:
                 self.start_shard(action.partition, action.node)
             elif isinstance(action, StopShard) and action.partition not in failed:
                 self.shards.pop(action.partition, None)
+        if failed:  # as the controller: keep what took effect, decide the rest again
+            self.meta = replace(before, partitions=self.meta.partitions, held=self.meta.held, marked=self.meta.marked)
         return decision
 
     def run(self, ms: int, advance_ms: int = 200) -> None:
@@ -141,19 +171,46 @@ class World:
             self.step(advance_ms)
             waited += advance_ms
 
-    def commit(self, p, a, previous) -> bool:
+    def persist(self, n: str, p: int, a) -> str:
+        """One LogServer's update_partition: 'ok', 'stale' (it holds a newer or another state under that
+        partition epoch) or 'down'."""
+        if not self.alive[n] or n in self.unreachable or n in self.refuse_writes:
+            return "down"
+        d = self.disks[n]
+        old = d.replicas.get(p, ReplicaReport(None))
+        if old.state is not None and (old.state.partition_epoch > a.partition_epoch or
+                                      (old.state.partition_epoch == a.partition_epoch and old.state != a)):
+            return "stale"
+        if n in a.replicas or old.state is not None:
+            d.replicas[p] = ReplicaReport(a, max(old.fenced_epoch, a.leader_epoch))
+        return "ok"
+
+    def commit(self, p, a, previous, holders=frozenset()) -> bool:
         current = self.meta.partitions.get(p)
         if current is not None and current.partition_epoch >= a.partition_epoch:
             return False
-        targets = (set(a.replicas) | set(previous.replicas if previous else ())) & self.up()
-        required = ({a.leader} | set(a.isr)) - {None}
-        if not (required & self.up()) <= targets:
+        missing: set[str] = set()
+        for _ in range(3):
+            a = replace(a, partition_epoch=max(a.partition_epoch, self.pe_floor.get(p, -1) + 1))
+            self.pe_floor[p] = a.partition_epoch
+            targets = (set(a.replicas) | set(previous.replicas if previous else ())) & self.up()
+            required = ({a.leader} | set(a.isr)) & self.up() - {None}
+            results = {n: self.persist(n, p, a) for n in targets}
+            persisted = {n for n, r in results.items() if r == "ok"}
+            missing = required - persisted
+            if not missing:
+                break
+            stale = [n for n, r in results.items() if r == "stale"]
+            if stale:
+                self.pe_floor[p] = max(self.pe_floor[p], *(self.disks[n].replicas[p].state.partition_epoch
+                                                            for n in stale))
+                continue
+            if a.leader in missing:
+                break
+            a = bump(a, isr=tuple(n for n in a.isr if n not in missing))
+        if missing:
             return False
-        for n in targets:
-            old = self.disks[n].get(p, ReplicaReport(None))
-            fence = max(old.fenced_epoch, a.leader_epoch)
-            self.disks[n][p] = ReplicaReport(a if n in a.replicas or old.state else old.state, fence)
-        self.meta = self.meta.with_partition(p, a, targets)
+        self.meta = self.meta.with_partition(p, a, holders & persisted)
         self.gcs[p] = a
         return True
 
@@ -168,11 +225,14 @@ class World:
         self.shards[p] = FakeShard(p, node, self._next_id("actor-"), self.now + self.start_delay_ms,
                                    self.node_ids[node])
 
-    def leader_started(self, p: int, node: str) -> int | None:
-        new = on_leader_started(self.meta, p, node)
+    def leader_started(self, p: int, node: str, incarnation: str | None = None):
+        """The epoch granted, "wait", or None (not the leader: the shard steps down)."""
+        new = on_leader_started(self.meta, p, node, incarnation)
+        if isinstance(new, str):
+            return "wait"
         if new is None or not self.commit(p, new, self.meta.partitions[p]):
             return None
-        return new.leader_epoch
+        return self.meta.partitions[p].leader_epoch
 
     def shrink(self, p: int, node: str) -> bool:
         ok, new = on_shrink_isr(self.meta, p, self.meta.partitions[p].leader_epoch, node)
@@ -180,7 +240,7 @@ class World:
 
     def expand(self, p: int, node: str) -> bool:
         ok, new = on_expand_isr(self.meta, p, self.meta.partitions[p].leader_epoch, node)
-        return ok and (new is None or self.commit(p, new, self.meta.partitions[p]))
+        return ok and (new is None or self.commit(p, new, self.meta.partitions[p], frozenset({node})))
 
     def restart_controller(self, keep_gcs: bool = True) -> None:
         """A new controller: empty memory, the GCS cache if it survived."""
@@ -208,16 +268,22 @@ class World:
         for p, a in self.meta.partitions.items():
             s = self.shards.get(p)
             if a.leader is None or s is None or s.killed or s.node != a.leader or s.epoch != a.leader_epoch \
-                    or s.state != "ACTIVE" or not self.alive[s.node]:
+                    or s.state != "ACTIVE" or not self.alive[s.node] or self.node_ids[s.node] != s.incarnation:
                 return False
         return True
 
     def catch_up(self, p: int) -> None:
-        """What the leader's maintenance does: every alive replica out of the ISR rejoins it."""
+        """What the leader's maintenance does: every alive replica out of the ISR rejoins it (no leader, no
+        catch-up)."""
         a = self.meta.partitions[p]
+        if a.leader is None:
+            return
         for n in a.replicas:
             if n not in a.isr and self.alive.get(n):
                 assert self.expand(p, n)
+
+    def holds(self, node: str, p: int) -> bool:
+        return self.disks[node].replicas.get(p, ReplicaReport(None)).state is not None
 
 
 __all__ = ["NODES", "World", "bump"]

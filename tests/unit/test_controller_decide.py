@@ -46,7 +46,7 @@ def test_a_new_deployment_waits_for_replication_factor_nodes_then_lays_out_every
         assert a.replicas[0] == f"node-{p % 3}" and a.leader == a.replicas[0]  # Kafka's round-robin layout
         assert set(a.isr) == set(a.replicas) == {"node-0", "node-1", "node-2"}
         assert a.leader_epoch == 1  # granted by the shard's start, above the creation's 0
-        assert w.disks[a.leader][p].state == a  # persisted on the replicas before it took effect
+        assert w.disks[a.leader].replicas[p].state == a  # persisted on the replicas before it took effect
     assert readiness(w.meta, w.observe()) == {"ready": True, "waiting_for": None, "refused": {}}
 
 
@@ -77,7 +77,7 @@ def test_a_paused_leader_is_failed_over_after_the_silence_and_its_shard_replaced
     w.run_until(lambda: w.state(p).leader != old.leader, limit_ms=2_000)
     new = w.state(p)
     assert new.leader in old.isr and new.leader_epoch > old.leader_epoch and old.leader not in new.isr
-    assert all(w.disks[n][p].fenced_epoch >= new.leader_epoch for n in old.replicas)  # every replica fenced
+    assert all(w.disks[n].replicas[p].fenced_epoch >= new.leader_epoch for n in old.replicas)  # all fenced
     assert w.shards[p].node == new.leader  # the paused actor was replaced, on the new leader's node
     # The paused node resumes: its old shard is gone, the new leader serves, it is caught up and rejoins.
     w.paused.clear()
@@ -102,6 +102,8 @@ def test_a_killed_leader_node_fails_over_and_the_node_returning_under_its_name_r
     w.boot(victim)  # same name, new Ray node id, same disk
     w.run(1_000)
     assert any(e["event"] == "node-restarted" for e in w.events)
+    for p in led:  # its disk named it leader; it was told who leads now
+        assert w.disks[victim].replicas[p].state.leader == w.state(p).leader != victim
     for p in range(4):
         w.catch_up(p)
         assert victim in w.state(p).isr and victim in w.state(p).replicas
@@ -239,13 +241,14 @@ def test_a_full_restart_with_one_node_alone_waits_for_a_quorum_of_disks():
 
 
 def test_a_stale_lone_replica_never_leads_after_a_full_restart():
-    # node-2 left the ISR; then node-0 and node-1 acknowledged writes alone and were lost with the head.
+    # The stale replica died while in the ISR; the survivors dropped it and acknowledged writes without
+    # it, then were lost with the head: its own disk still names it in-sync.
     w = up(World(num_partitions=1))
     a = w.state(0)
     stale = [n for n in a.replicas if n != a.leader][-1]
-    assert w.shrink(0, stale)
-    w.kill(stale)  # and node-2's disk keeps the old ISR, which still names it
-    w.step()
+    w.kill(stale)
+    w.run(1_000)
+    assert stale not in w.state(0).isr and stale in w.disks[stale].replicas[0].state.isr
     w.full_restart([stale])
     w.run(30_000)
     assert w.meta.partitions == {}
@@ -296,7 +299,7 @@ def test_a_dead_node_is_replaced_after_the_replacement_delay():
 
 def test_a_node_whose_disk_belongs_to_another_deployment_is_refused():
     w = World(nodes=("node-0", "node-1", "node-2", "node-3"))
-    w.descriptors["node-3"] = 8
+    w.disks["node-3"].num_partitions = 8
     up(w)
     assert "node-3" in w.meta.refused and all("node-3" not in a.replicas for a in w.meta.partitions.values())
     r = readiness(w.meta, w.observe())
@@ -307,7 +310,7 @@ def test_a_newer_state_on_disk_than_in_the_cache_wins():
     w = up(World(num_partitions=1))
     a = w.state(0)
     newer = PartitionAssignment(a.replicas, a.leader, a.leader_epoch + 3, a.isr, a.partition_epoch + 5)
-    w.disks["node-1"][0] = ReplicaReport(newer, newer.leader_epoch)
+    w.disks["node-1"].replicas[0] = ReplicaReport(newer, newer.leader_epoch)
     w.restart_controller(keep_gcs=True)
     w.step()
     assert w.state(0).partition_epoch > newer.partition_epoch and w.state(0).leader_epoch >= newer.leader_epoch
@@ -321,7 +324,8 @@ def test_isr_requests_are_epoch_checked():
     assert on_shrink_isr(w.meta, 0, a.leader_epoch, a.leader) == (False, None)  # a leader never drops itself
     ok, new = on_shrink_isr(w.meta, 0, a.leader_epoch, f)
     assert ok and f not in new.isr and new.partition_epoch == a.partition_epoch + 1
-    assert on_expand_isr(w.meta, 0, a.leader_epoch, "node-9") == (False, None)
+    assert on_expand_isr(w.meta, 0, a.leader_epoch - 1, f) == (False, None)  # deposed
+    assert on_expand_isr(w.meta, 0, a.leader_epoch, "node-9") == (True, None)  # no replica (moved): not added
     assert on_expand_isr(w.meta, 0, a.leader_epoch, f) == (True, None)
 
 
@@ -364,3 +368,128 @@ def test_settings_and_reports_are_validated():
                        reports={"node-0": NodeReport("stale-incarnation", 4, {})})
     d = decide(meta, obs, 0)
     assert "node-0" not in d.metadata.reported  # a report from an incarnation that is gone is ignored
+
+
+# --- what a second read found: disks that lost the partition, failed commits, torn creations ----------------
+
+
+def test_after_a_full_restart_a_leader_whose_disk_was_wiped_never_leads():
+    w = up(World(num_partitions=1))
+    a = w.state(0)
+    w.full_restart([])
+    w.wipe(a.leader)
+    for n in ("node-0", "node-1", "node-2"):
+        w.boot(n)
+    up(w)
+    b = w.state(0)
+    assert b.leader != a.leader and a.leader not in b.isr and w.holds(b.leader, 0)
+
+
+def test_a_controller_restart_does_not_keep_a_leader_whose_disk_was_wiped():
+    w = up(World(num_partitions=1))
+    a = w.state(0)
+    w.restart_controller(keep_gcs=True)
+    w.wipe(a.leader)
+    w.boot(a.leader)  # rebooted with a new disk while the controller was down
+    w.run(1_000)
+    up(w)
+    assert w.state(0).leader != a.leader and a.leader not in w.state(0).isr
+
+
+def test_a_follower_back_with_an_empty_disk_leaves_the_isr_and_is_not_made_electable_by_a_state_file():
+    w = up(World(num_partitions=1))
+    a = w.state(0)
+    wiped, other = a.isr[1], a.isr[2]
+    w.restart_controller(keep_gcs=True)
+    w.wipe(wiped)
+    w.boot(wiped)
+    w.run(1_000)
+    assert wiped not in w.state(0).isr
+    assert w.shrink(0, other)  # a commit writes a state file on the wiped node's empty disk
+    assert w.holds(wiped, 0) and 0 not in w.meta.held.get(wiped, ())
+    w.kill(a.leader)
+    w.run(3_000)
+    assert w.state(0).leader != wiped  # offline rather than elect the empty replica
+    w.catch_up(0)  # nothing happens while offline: the wiped node is not caught up by anyone
+    assert wiped not in w.state(0).isr
+
+
+def test_a_restart_is_not_forgotten_when_the_commit_it_calls_for_fails():
+    w = up(World(num_partitions=1))
+    a = w.state(0)
+    w.wipe(a.leader)
+    w.boot(a.leader)  # the leader's node restarted under its name (quicker than Ray declared it dead)
+    w.refuse_writes = set(w.alive) - {a.leader}  # the other LogServers take no state: the failover fails
+    w.run(2_000)
+    assert w.state(0).leader == a.leader  # nothing took effect
+    w.shards[0] = type(w.shards[0])(0, a.leader, "restarted-by-ray", w.now, w.node_ids[a.leader])
+    w.run(2_000)  # Ray restarted the detached shard on the node's new incarnation: it is told to wait
+    assert w.shards[0].epoch is None
+    w.refuse_writes = set()
+    up(w)
+    assert w.state(0).leader != a.leader and a.leader not in w.state(0).isr
+
+
+def test_a_creation_cut_short_is_finished_after_a_controller_restart():
+    w = World(num_partitions=2)
+    commit = w.commit
+
+    def cut_short(p, a, previous, holders=frozenset()):
+        if p == 1 and previous is None:  # partition 1's creation reaches node-1's disk, then the controller dies
+            w.persist("node-1", p, a)
+            return False
+        return commit(p, a, previous, holders)
+
+    w.commit = cut_short
+    w.step()
+    w.commit = commit
+    assert 1 not in w.meta.partitions and w.holds("node-1", 1)
+    w.restart_controller(keep_gcs=True)
+    up(w)  # never led (epoch 0) and a quorum of its replicas reported: recovered
+
+
+def test_a_partition_epoch_left_by_a_failed_commit_is_never_reused():
+    w = up(World(num_partitions=1))
+    a = w.state(0)
+    follower = a.isr[1]
+    left = PartitionAssignment(a.replicas, a.leader, a.leader_epoch, (a.leader, a.isr[2]), a.partition_epoch + 1)
+    w.disks[follower].replicas[0] = ReplicaReport(left, a.leader_epoch)  # another state under the next epoch
+    assert w.shrink(0, a.isr[2])
+    b = w.state(0)
+    assert b.partition_epoch > left.partition_epoch and w.disks[follower].replicas[0].state == b
+
+
+def test_a_deployment_of_replication_factor_one_never_recreates_a_partition_whose_node_is_away():
+    w = up(World(num_partitions=3, rf=1, min_isr=1))
+    w.run(1_000)  # the layout is recorded on the disks once every partition exists
+    owner = w.state(2).leader
+    w.full_restart([n for n in w.node_ids if n != owner])
+    w.run(10_000)
+    assert 2 not in w.meta.partitions  # waits for its only replica, never laid out afresh elsewhere
+    w.boot(owner)
+    up(w)
+    assert w.state(2).replicas == (owner,)
+
+
+def test_the_recovery_quorum_counts_the_lowest_min_isr_the_disks_recorded():
+    w = up(World(num_partitions=1))
+    w.recorded_min_isr = 1  # it once ran with min.insync.replicas=1: a write may be on one replica only
+    w.full_restart(["node-0", "node-1"])
+    w.run(10_000)
+    assert w.meta.partitions == {}  # 2 of 3 replicas is not enough under min.insync.replicas=1
+    w.boot("node-2")
+    up(w)
+
+
+def test_two_live_incarnations_of_one_name_do_not_flip_flop():
+    old = {"NodeID": "aa" * 28, "Alive": True, "Resources": {"coordinator": 1.0}, "Labels": {"raygroups.io/node": "n"}}
+    new = {**old, "NodeID": "bb" * 28}
+    first = coordinator_nodes([old, new], {"n": "aa" * 28})["n"]
+    assert first.node_id == "bb" * 28  # the restarted one
+    for _ in range(3):  # once superseded, the old incarnation stays dead to the controller
+        again = coordinator_nodes([old, new], {"n": "bb" * 28}, {"aa" * 28})["n"]
+        assert (again.node_id, again.alive) == ("bb" * 28, True)
+    w = up(World(num_partitions=1))
+    w.boot("node-1")
+    w.step()
+    assert w.meta.superseded  # the decision remembers which incarnation was replaced

@@ -1,0 +1,140 @@
+"""The controller actor's write path, without Ray: the real ``Controller`` class and real ``LogServer``s on
+real files, reached through a factory that plays only Ray's actor-call layer (``handle.method.remote``).
+A partition state takes effect only once the leader's and in-sync replicas' disks hold it; an unreachable
+follower leaves the ISR; a partition epoch a failed commit left on a disk is never reused; leaders asking
+for an epoch before the controller has checked their node are told to wait."""
+
+from __future__ import annotations
+
+import asyncio
+
+from actors.log_server import LogServer
+from offsets_log.replica_state import partition_dir, read_replica_state
+from placement.controller import Controller
+from placement.decide import Commit, NodeReport, Observations, ReplicaReport, Settings, decide
+from placement.nodes import NodeObservation
+from placement.plan import PartitionAssignment
+
+NODES = ("A", "B", "C")
+
+
+class Handle:
+    """Stands in for a Ray actor handle: ``handle.method.remote(*args)`` returns the coroutine."""
+
+    def __init__(self, obj, down: set, name: str) -> None:
+        self._obj, self._down, self._name = obj, down, name
+
+    def __getattr__(self, method):
+        target = getattr(self._obj, method)
+        down, name = self._down, self._name
+
+        class _Method:
+            @staticmethod
+            def remote(*args):
+                if name in down:
+                    raise ValueError(f"{name} is unreachable")  # what a missing actor's lookup raises
+                return target(*args)
+
+        return _Method()
+
+
+class Actors:
+    def __init__(self, tmp_path) -> None:
+        self.servers = {n: LogServer(n, str(tmp_path / n), 1 << 20, None, 1, 2) for n in NODES}
+        self.down: set[str] = set()
+        self.kv: dict = {}
+
+    def log_server(self, node):
+        return Handle(self.servers[node], self.down, node)
+
+    def kv_get(self, key):
+        return self.kv.get(key)
+
+    def kv_put(self, key, value):
+        self.kv[key] = value
+
+    def read_topics(self):
+        return {}, 0
+
+
+def setup(tmp_path):
+    actors = Actors(tmp_path)
+    controller = Controller("ns", Settings(1, 3, 2), actors)
+    return actors, controller
+
+
+def observe(controller, actors, nodes=NODES) -> None:
+    """One observation: every node alive, its LogServer's report as read from its disk."""
+    obs_nodes = {n: NodeObservation(n, f"{n}#1", True, True) for n in NODES}
+    reports = {}
+    for n in nodes:
+        raw = asyncio.run(actors.servers[n].report())
+        replicas = {p: ReplicaReport(None if r["state"] is None else PartitionAssignment(
+            tuple(r["state"]["replicas"]), r["state"]["leader"], r["state"]["leader_epoch"],
+            tuple(r["state"]["isr"]), r["state"]["partition_epoch"]), r["fenced_epoch"])
+            for p, r in raw["replicas"].items()}
+        reports[n] = NodeReport(f"{n}#1", 1, replicas)
+    controller._obs = Observations(obs_nodes, {}, reports)
+    controller._meta = decide(controller._meta, controller._obs, 0).metadata
+
+
+def created(controller, actors) -> PartitionAssignment:
+    observe(controller, actors)
+    a = PartitionAssignment(NODES, "A", 0, NODES, 1)
+    assert asyncio.run(controller._commit(Commit(0, a, None, "created", frozenset(NODES))))
+    return controller._meta.partitions[0]
+
+
+def on_disk(tmp_path, node):
+    return read_replica_state(partition_dir(str(tmp_path / node), 0))
+
+
+def test_a_state_takes_effect_only_once_the_leader_and_isr_disks_hold_it(tmp_path):
+    actors, controller = setup(tmp_path)
+    a = created(controller, actors)
+    for n in NODES:
+        state, fence = on_disk(tmp_path, n)
+        assert state["partition_epoch"] == a.partition_epoch and fence == 0
+    actors.down = {"A"}  # the leader's LogServer does not answer
+    new = PartitionAssignment(NODES, "A", 1, NODES, a.partition_epoch + 1)
+    assert not asyncio.run(controller._commit(Commit(0, new, a, "leader started")))
+    assert controller._meta.partitions[0] == a  # nothing applied
+
+
+def test_an_unreachable_follower_leaves_the_isr_and_the_state_is_fenced_on_the_others(tmp_path):
+    actors, controller = setup(tmp_path)
+    a = created(controller, actors)
+    actors.down = {"C"}
+    new = PartitionAssignment(NODES, "A", 1, NODES, a.partition_epoch + 1)
+    assert asyncio.run(controller._commit(Commit(0, new, a, "leader started")))
+    b = controller._meta.partitions[0]
+    assert b.isr == ("A", "B") and b.leader_epoch == 1
+    assert on_disk(tmp_path, "B") == ({"replicas": list(NODES), "leader": "A", "leader_epoch": 1, "isr": ["A", "B"],
+                                       "partition_epoch": b.partition_epoch}, 1)
+
+
+def test_a_partition_epoch_a_failed_commit_left_on_a_disk_is_never_reused(tmp_path):
+    actors, controller = setup(tmp_path)
+    a = created(controller, actors)
+    other = {"replicas": list(NODES), "leader": "A", "leader_epoch": 0, "isr": ["A", "C"],
+             "partition_epoch": a.partition_epoch + 1}
+    assert asyncio.run(actors.servers["B"].update_partition(0, other))["ok"]  # left by a commit that failed
+    new = PartitionAssignment(NODES, "A", 0, ("A", "B"), a.partition_epoch + 1)
+    assert asyncio.run(controller._commit(Commit(0, new, a, "C lagging")))
+    b = controller._meta.partitions[0]
+    assert b.partition_epoch > other["partition_epoch"] and b.isr == ("A", "B")
+    assert on_disk(tmp_path, "B")[0]["isr"] == ["A", "B"]
+
+
+def test_a_leader_asking_for_its_epoch_waits_until_its_node_is_checked(tmp_path):
+    actors, controller = setup(tmp_path)
+    controller._lock = asyncio.Lock()
+    controller._task = True  # no loop: the test plays the rounds
+    assert asyncio.run(controller.leader_started(0, "A", "A#1")) == {
+        "wait": "the controller has not looked at the cluster yet"}
+    created(controller, actors)
+    assert "has not seen this incarnation" in asyncio.run(controller.leader_started(0, "A", "A#2"))["wait"]
+    granted = asyncio.run(controller.leader_started(0, "A", "A#1"))
+    assert granted["leader_epoch"] == 1 and granted["isr"] == list(NODES)
+    assert all(on_disk(tmp_path, n)[1] == 1 for n in NODES)  # every replica fenced at the new epoch
+    assert asyncio.run(controller.leader_started(0, "B", "B#1")) is None  # not the leader
