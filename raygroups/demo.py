@@ -2,14 +2,14 @@
 
 ``start_local(num_nodes=3)`` simulates three coordinator nodes (``node-0`` ... ``node-2``) beside a head
 node (8 partitions, each replicated on all three, min ISR 2); a ``ConsumerGroup`` of 4 consumer actors
-(cooperative-sticky) works through a live synthetic topic of 12 partitions and commits as it goes.
-Mid-run the node that leads the group's partition is killed (its raylet dies; the controller elects a new
-leader from the ISR, which replays its replica); the node then restarts under its name and rejoins the
-ISR of its partitions; later one consumer leaves and the group rebalances. The faults start once the group
-is stable and committing on every partition. With
-``--nodes 1`` it runs on a single-node Ray and kills the coordinating shard's process instead. A live table shows generation, members, assignments,
-committed offsets and lag; at the end the demo checks that no acknowledged commit was lost and that
-no record was skipped.
+(cooperative-sticky) works through a live synthetic topic of 12 partitions and commits as it goes. Once
+the group is stable and committing on every partition, the faults start: the node that leads the group's
+partition is killed (its raylet dies; the controller elects a new leader from the ISR, which replays its
+replica), the node restarts under its name and rejoins the ISR of its partitions, and one consumer leaves
+so that the group rebalances. With ``--nodes 1`` it runs on a single-node Ray and kills the coordinating
+shard's process instead. A live table shows generation, members, assignments, committed offsets, lag,
+leaders and in-sync replicas; at the end the demo checks that no acknowledged commit was lost and that
+no record was skipped (and, if a check fails, prints the controller's timeline).
 
 ``python -m raygroups.demo_inprocess`` shows the protocol step by step without Ray.
 """
@@ -71,7 +71,8 @@ def _table(t: float, stats: dict, cluster) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="raygroups demo: a consumer group on Ray through a shard crash")
+    parser = argparse.ArgumentParser(description="raygroups demo: a consumer group on Ray through a node's "
+                                                 "failure and return")
     parser.add_argument("--seconds", type=float, default=24.0)
     parser.add_argument("--nodes", type=int, default=3, help="simulated coordinator nodes (1: a single-node Ray)")
     args = parser.parse_args(argv)
