@@ -493,3 +493,21 @@ def test_two_live_incarnations_of_one_name_do_not_flip_flop():
     w.boot("node-1")
     w.step()
     assert w.meta.superseded  # the decision remembers which incarnation was replaced
+
+
+def test_followers_lost_one_after_the_other_leave_the_isr_and_rejoin_when_they_return():
+    w = up(World(num_partitions=1))
+    a = w.state(0)
+    f1, f2 = [n for n in a.replicas if n != a.leader]
+    w.kill(f1)
+    w.step()
+    assert w.state(0).isr == tuple(n for n in a.isr if n != f1) and w.state(0).leader == a.leader
+    w.kill(f2)
+    w.step()
+    assert w.state(0).isr == (a.leader,)  # below min.insync.replicas: the leader refuses writes, stays leader
+    assert w.state(0).leader_epoch == a.leader_epoch  # no failover: the leader is fine
+    for n in (f1, f2):
+        w.boot(n)
+    w.run(1_000)
+    w.catch_up(0)
+    assert set(w.state(0).isr) == set(a.replicas) and w.state(0).leader == a.leader
