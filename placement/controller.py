@@ -29,7 +29,8 @@ from typing import Any
 
 import ray
 
-from placement.decide import (
+from placement.decide import decide
+from placement.model import (
     Commit,
     Decision,
     Event,
@@ -44,14 +45,10 @@ from placement.decide import (
     StopShard,
     SyncStates,
     bump,
-    decide,
-    on_expand_isr,
-    on_leader_started,
-    on_shrink_isr,
-    readiness,
 )
 from placement.nodes import coordinator_nodes, scheduling_for, unlabelled_warning
 from placement.plan import PartitionAssignment
+from placement.requests import on_expand_isr, on_leader_started, on_shrink_isr, readiness
 
 log = logging.getLogger(__name__)
 

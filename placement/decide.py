@@ -7,9 +7,11 @@ no I/O, no clock here: the time is an argument, so every failover case is a unit
 Durable state is ``Metadata.partitions``: per partition the replicas, leader, leader epoch, ISR and
 partition epoch. :func:`decide` never changes it directly; it returns a :class:`Commit` per changed
 partition, and the performer applies a commit only after persisting it on the disks of the partition's
-leader and in-sync replicas (then in the GCS cache). A commit that cannot be persisted is dropped and
-decided again in the next round. Everything else in :class:`Metadata` is soft (node incarnations, shard
-liveness, start-up progress) and is returned updated in the :class:`Decision`.
+leader and in-sync replicas (then in the GCS cache). A commit that cannot be persisted is dropped, and the
+next round decides again from the soft state of before (so nothing seen in the failed round, such as a
+restarted node, is forgotten). Everything else in :class:`Metadata` is soft (node incarnations, disk
+reports, shard liveness, start-up progress) and is returned updated in the :class:`Decision`. The data
+types are in ``placement.model``; the answers to the leaders' requests in ``placement.requests``.
 
 What a round decides, in order:
 
@@ -50,210 +52,28 @@ What a round decides, in order:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
-from placement.nodes import NodeObservation
+from placement.model import (
+    HEALTHY,
+    STARTING,
+    Action,
+    Commit,
+    Decision,
+    Event,
+    MarkLayout,
+    Metadata,
+    Observations,
+    ReplicaReport,
+    ShardObservation,
+    ShardTrack,
+    StartShard,
+    StopShard,
+    SyncStates,
+    bump,
+)
 from placement.plan import PartitionAssignment, elect_leader, needs_leader_rebalance, plan
-
-# Ray's actor states in which an actor is not running yet (or again): not silence.
-STARTING = frozenset({"DEPENDENCIES_UNREADY", "PENDING_CREATION", "RESTARTING"})
-# Partition states a healthy shard answers with: not loaded yet, loading, serving.
-HEALTHY = frozenset({"INITIAL", "LOADING", "ACTIVE"})
-
-
-def _positive(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
-
-
-@dataclass(frozen=True)
-class Settings:
-    num_partitions: int
-    replication_factor: int
-    min_insync_replicas: int
-    unclean_election: bool = False
-    shard_silence_ms: int = 3_000
-    shard_start_timeout_ms: int = 60_000
-    node_replacement_delay_ms: int = 60_000
-    leader_balance_interval_ms: int = 10_000
-
-    def __post_init__(self) -> None:
-        for name in ("num_partitions", "replication_factor", "min_insync_replicas", "shard_silence_ms",
-                     "shard_start_timeout_ms", "node_replacement_delay_ms", "leader_balance_interval_ms"):
-            _positive(name, getattr(self, name))
-        if not isinstance(self.unclean_election, bool):
-            raise TypeError(f"unclean_election must be a bool, got {type(self.unclean_election).__name__}")
-
-    def recovery_quorum(self, replicas: int, min_insync_replicas: int | None = None) -> int:
-        """How many replicas of a partition must report before it is recovered from disks: enough to meet
-        every set of ``min.insync.replicas`` of them (any ISR that acknowledged a write)."""
-        min_isr = self.min_insync_replicas if min_insync_replicas is None else min_insync_replicas
-        return max(1, replicas - min(min_isr, replicas) + 1)
-
-
-# --------------------------------------------------------------------------- observations
-
-
-@dataclass(frozen=True)
-class ShardObservation:
-    """The actor named ``raygroups-shard-<p>`` as seen in one round."""
-
-    actor_state: str | None  # Ray's state of the actor; None when no actor has the name
-    actor_id: str | None = None  # changes when the actor is replaced
-    answer: str | None = None  # the partition state it answered in this round; None: no answer
-    node: str | None = None  # the node it answered from
-
-
-@dataclass(frozen=True)
-class ReplicaReport:
-    """One replica's persisted state, as its node read it from disk."""
-
-    state: PartitionAssignment | None
-    fenced_epoch: int = -1
-
-
-@dataclass(frozen=True)
-class NodeReport:
-    node_id: str  # the incarnation that reported
-    num_partitions: int | None  # from the node's descriptor; None on a fresh disk
-    replicas: Mapping[int, ReplicaReport] = field(default_factory=dict)
-    min_insync_replicas: int | None = None  # the lowest the deployment ran with, as this disk recorded it
-    layout_created: bool = False  # this disk recorded that every partition was created
-    error: str | None = None  # the node's descriptor could not be read
-
-
-@dataclass(frozen=True)
-class Observations:
-    nodes: Mapping[str, NodeObservation]
-    shards: Mapping[int, ShardObservation] = field(default_factory=dict)
-    reports: Mapping[str, NodeReport] = field(default_factory=dict)  # reports that arrived this round
-
-    def alive(self) -> set[str]:
-        return {n for n, o in self.nodes.items() if o.alive}
-
-
-# --------------------------------------------------------------------------- metadata
-
-
-@dataclass(frozen=True)
-class ShardTrack:
-    """Soft liveness of one partition's shard actor."""
-
-    node: str  # where it was asked to run (or was found)
-    since_ms: int  # when this start began (creation, or a restart Ray reported)
-    actor_id: str | None = None
-    first_answer_ms: int | None = None
-    last_answer_ms: int | None = None
-
-
-@dataclass(frozen=True)
-class Metadata:
-    settings: Settings
-    partitions: Mapping[int, PartitionAssignment] = field(default_factory=dict)  # durable
-    incarnations: Mapping[str, str] = field(default_factory=dict)  # node name -> Ray node id last seen alive
-    dead_since_ms: Mapping[str, int] = field(default_factory=dict)
-    reported: Mapping[str, str] = field(default_factory=dict)  # node name -> incarnation whose disk reported
-    # node name -> partitions whose state its disk holds (its report, then every state persisted there):
-    # only those replicas are electable, so a node back with an empty disk never leads.
-    held: Mapping[str, frozenset[int]] = field(default_factory=dict)
-    refused: Mapping[str, str] = field(default_factory=dict)  # node name -> why its disk is not used
-    superseded: frozenset[str] = frozenset()  # Ray node ids of incarnations replaced by a newer one
-    marked: frozenset[str] = frozenset()  # nodes whose disk records that the layout was created
-    min_isr_seen: int | None = None  # the lowest min.insync.replicas any disk recorded
-    recovery: Mapping[int, Mapping[str, ReplicaReport]] = field(default_factory=dict)
-    shards: Mapping[int, ShardTrack] = field(default_factory=dict)
-    placed_on: tuple[str, ...] = ()  # the node set replicas were last planned over
-    started_ms: int | None = None  # when every partition first served: the deployment is up
-    last_balance_ms: int = 0
-
-    def with_partition(self, partition: int, assignment: PartitionAssignment, holders=()) -> Metadata:
-        """``assignment`` took effect; ``holders`` now hold the partition's data (its creation, or a replica
-        that was caught up and rejoined the ISR). An ordinary commit adds no holder: writing a state file
-        on a node does not put the partition's log there."""
-        held = dict(self.held)
-        for node in holders:
-            held[node] = held.get(node, frozenset()) | {partition}
-        return replace(self, partitions={**self.partitions, partition: assignment}, held=held)
-
-    def min_insync_replicas(self) -> int:
-        """What a recovery quorum must assume: the lowest min.insync.replicas configured or recorded."""
-        return min(self.settings.min_insync_replicas, self.min_isr_seen or self.settings.min_insync_replicas)
-
-
-def bump(a: PartitionAssignment, **changes: Any) -> PartitionAssignment:
-    """``a`` with ``changes`` and the next partition epoch: every change of a partition's state is one."""
-    return replace(a, **changes, partition_epoch=a.partition_epoch + 1)
-
-
-# --------------------------------------------------------------------------- actions
-
-
-@dataclass(frozen=True)
-class Commit:
-    """Persist ``assignment`` on the replicas' disks (leader and ISR required), then the cache; only
-    then does it take effect."""
-
-    partition: int
-    assignment: PartitionAssignment
-    previous: PartitionAssignment | None
-    reason: str
-    holders: frozenset[str] = frozenset()  # nodes that hold the partition's data once this takes effect
-
-
-@dataclass(frozen=True)
-class MarkLayout:
-    """Record on these nodes' disks that every partition exists (so none is ever created again)."""
-
-    nodes: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class SyncStates:
-    """Send ``node`` the current state of ``partitions``: its disk holds older ones (it was away)."""
-
-    node: str
-    partitions: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class StartShard:
-    """Replace whatever holds the shard's name by a new shard actor on ``node`` (after its commit)."""
-
-    partition: int
-    node: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class StopShard:
-    partition: int
-    reason: str
-
-
-@dataclass(frozen=True)
-class Event:
-    kind: str
-    fields: tuple[tuple[str, Any], ...] = ()
-
-    def as_dict(self) -> dict:
-        return {"event": self.kind, **dict(self.fields)}
-
-
-Action = Commit | MarkLayout | SyncStates | StartShard | StopShard | Event
-
-
-@dataclass(frozen=True)
-class Decision:
-    metadata: Metadata  # soft state updated; partitions change only through the Commit actions
-    actions: tuple[Action, ...]
-
-    def of(self, kind: type) -> list:
-        return [a for a in self.actions if isinstance(a, kind)]
-
 
 # --------------------------------------------------------------------------- the round
 
@@ -643,78 +463,3 @@ def decide(meta: Metadata, obs: Observations, now_ms: int) -> Decision:
     r.replan()
     r.balance()
     return r.result()
-
-
-# --------------------------------------------------------------------------- leaders' requests
-
-
-def on_leader_started(meta: Metadata, partition: int, node: str,
-                      ray_node_id: str | None = None) -> PartitionAssignment | str | None:
-    """A shard on ``node`` (Ray node ``ray_node_id``) is about to serve ``partition``: a fresh epoch above
-    every earlier incarnation's (the commit fences every replica at it); None if ``node`` does not lead the
-    partition or the shard runs on a superseded incarnation of it; a reason to wait (a str) while the
-    controller has not yet seen this incarnation's disk holding the partition."""
-    a = meta.partitions.get(partition)
-    if a is None or a.leader != node or (ray_node_id is not None and ray_node_id in meta.superseded):
-        return None
-    if ray_node_id is not None and meta.incarnations.get(node) != ray_node_id:
-        return f"the controller has not seen this incarnation of node {node} yet"
-    if meta.reported.get(node) != meta.incarnations.get(node):
-        return f"the disk of node {node} has not reported yet"
-    if partition not in meta.held.get(node, ()):
-        return f"the disk of node {node} does not hold partition {partition}"
-    return bump(a, leader_epoch=a.leader_epoch + 1)
-
-
-def on_shrink_isr(meta: Metadata, partition: int, leader_epoch: int, node: str) -> tuple[bool, PartitionAssignment | None]:
-    """The leader of ``leader_epoch`` drops ``node`` from the ISR: ``(accepted, new state or None if no change)``."""
-    a = meta.partitions.get(partition)
-    if a is None or a.leader_epoch != leader_epoch or node == a.leader:
-        return False, None
-    if node not in a.isr:
-        return True, None
-    return True, bump(a, isr=tuple(n for n in a.isr if n != node))
-
-
-def on_expand_isr(meta: Metadata, partition: int, leader_epoch: int, node: str) -> tuple[bool, PartitionAssignment | None]:
-    """The leader of ``leader_epoch`` caught ``node`` up to its log end: it rejoins the ISR."""
-    a = meta.partitions.get(partition)
-    if a is None or a.leader_epoch != leader_epoch:
-        return False, None
-    if node in a.isr or node not in a.replicas:
-        return True, None  # nothing to do (a replica moved away meanwhile is simply not added)
-    return True, bump(a, isr=(*a.isr, node))
-
-
-# --------------------------------------------------------------------------- readiness
-
-
-def readiness(meta: Metadata, obs: Observations | None) -> dict:
-    """Whether every partition has a leader whose shard answered ACTIVE in the last round, and if not, what
-    the deployment is waiting for (one sentence); ``refused`` names the nodes whose disks are not used."""
-    out = {"ready": False, "waiting_for": None, "refused": dict(meta.refused)}
-    s = meta.settings
-    if obs is None:
-        return {**out, "waiting_for": "the controller's first look at the cluster"}
-    alive = obs.alive() - set(meta.refused)
-    if not meta.partitions and not meta.recovery:
-        if len(alive) < s.replication_factor:
-            return {**out, "waiting_for": (
-                f"{s.replication_factor} coordinator nodes (offsets.topic.replication.factor); "
-                f"{len(alive)} alive: {', '.join(sorted(alive)) or 'none'}")}
-        return {**out, "waiting_for": "the partitions to be created"}
-    missing = [p for p in range(s.num_partitions) if p not in meta.partitions]
-    if missing:
-        return {**out, "waiting_for": (
-            f"partitions {_short(missing)} to be recovered: not enough of their replicas have reported")}
-    offline = [p for p, a in meta.partitions.items() if a.leader is None]
-    if offline:
-        return {**out, "waiting_for": f"offline partitions {_short(offline)}: no in-sync replica is alive"}
-    starting = [p for p in sorted(meta.partitions) if obs.shards.get(p, ShardObservation(None)).answer != "ACTIVE"]
-    if starting:
-        return {**out, "waiting_for": f"the shards of partitions {_short(starting)} to serve"}
-    return {**out, "ready": True}
-
-
-def _short(items: list[int]) -> str:
-    return ", ".join(map(str, sorted(items)[:10])) + (f" and {len(items) - 10} more" if len(items) > 10 else "")

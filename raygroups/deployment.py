@@ -26,7 +26,7 @@ from actors.metadata import DEPLOYMENT_KEY, kv_get_json, kv_put_json
 from coordinator.config import CoordinatorConfig
 from coordinator.messages import check_int, check_type
 from placement.controller import CONTROLLER_NAME, Controller
-from placement.decide import Settings
+from placement.model import Settings
 from placement.nodes import COORDINATOR_RESOURCE, NODE_LABEL, coordinator_nodes, unlabelled_warning
 from raygroups.cluster import DEFAULT_NAMESPACE, READY_TIMEOUT_S, Cluster
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from placement.decide import (
+from placement.decide import decide
+from placement.model import (
     Commit,
     Event,
     MarkLayout,
@@ -25,12 +26,9 @@ from placement.decide import (
     StopShard,
     SyncStates,
     bump,
-    decide,
-    on_expand_isr,
-    on_leader_started,
-    on_shrink_isr,
 )
 from placement.nodes import NodeObservation
+from placement.requests import on_expand_isr, on_leader_started, on_shrink_isr
 
 NODES = ("node-0", "node-1", "node-2")
 

@@ -11,7 +11,8 @@ import asyncio
 from actors.log_server import LogServer
 from offsets_log.replica_state import partition_dir, read_replica_state
 from placement.controller import Controller
-from placement.decide import Commit, NodeReport, Observations, ReplicaReport, Settings, decide
+from placement.decide import decide
+from placement.model import Commit, NodeReport, Observations, ReplicaReport, Settings
 from placement.nodes import NodeObservation
 from placement.plan import PartitionAssignment
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from placement.decide import (
+from placement.decide import decide
+from placement.model import (
     Commit,
     Metadata,
     NodeReport,
@@ -15,13 +16,10 @@ from placement.decide import (
     Settings,
     ShardObservation,
     StartShard,
-    decide,
-    on_expand_isr,
-    on_shrink_isr,
-    readiness,
 )
 from placement.nodes import NodeObservation, coordinator_nodes, name_of, scheduling_for, validate_node_name
 from placement.plan import PartitionAssignment
+from placement.requests import on_expand_isr, on_shrink_isr, readiness
 from tests.unit.controller_world import World
 
 
