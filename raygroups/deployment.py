@@ -178,7 +178,7 @@ def start_simulated(num_partitions: int, data_dir, props: dict, namespace: str, 
         nodes = {n: ray_cluster.add_node(num_cpus=1, resources={COORDINATOR_RESOURCE: 1}, labels={NODE_LABEL: n})
                  for n in names}
         ray_cluster.wait_for_nodes()
-        ray.init(address=ray_cluster.address, log_to_driver=False)
+        ray.init(address=ray_cluster.address, log_to_driver=False, logging_level=logging.WARNING)
         cluster = deploy(ray_cluster.address, data_dir=data_dir, namespace=namespace,
                          num_partitions=num_partitions, config=props, wait=False)
     except BaseException:
