@@ -6,15 +6,12 @@ Compacted batches cover exactly the offsets of the batches they replace (Kafka's
 so compacted segments chain like the originals and a log can swap them in one for one. Compacting a
 prefix of a log (its closed segments) is therefore safe: the state after the prefix is unchanged.
 
-What is kept: the last record of every key, except tombstones whose batch timestamp is more than
-``delete_retention_ms`` before ``now_ms`` (Kafka measures from the time the cleaner first saw the
-tombstone; the batch timestamp is the deterministic stand-in). Two rules of ``DurableState.replay`` need
-a little more than Kafka's last-record-per-key, and the compactor keeps exactly that much more:
-
-* a group that exists only because an offset commit created it, all of whose offsets were deleted since,
-  keeps its last commit and that offset's tombstone (whatever the tombstone's age);
-* a group tombstone that follows surviving commits of the group is kept whatever its age, because those
-  commits would otherwise re-create the group.
+What is kept (``replay_rules`` defines what a record makes obsolete): the last record of every key,
+except tombstones whose batch timestamp is more than ``delete_retention_ms`` before ``now_ms`` (Kafka
+measures from the time the cleaner first saw the tombstone; the batch timestamp is the deterministic
+stand-in), plus, whatever their age, the few records ``replay_rules.presence_needs`` names so that every
+group stays present or absent as before (a group created only by offset commits that were all deleted
+since; a group tombstone that follows surviving commits of the group).
 
 Batches are merged: consecutive input batches of one leader epoch become one output batch (at most
 ``max_batch_records`` records) whose timestamp is the latest of theirs, so a merged tombstone is kept
@@ -31,7 +28,8 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from coordinator.records import GROUP_METADATA_KEY_TYPE, OFFSET_COMMIT_KEY_TYPE
+from coordinator.records import OFFSET_COMMIT_KEY_TYPE
+from coordinator.replay_rules import GroupPresence, presence_needs
 from offsets_log.batch import Batch
 from offsets_log.codec import (
     decode_key_fields,
@@ -75,54 +73,53 @@ class CompactionStats:
 
 
 def _select(sources: list[_SourceBatch], delete_retention_ms: int, now_ms: int, stats: CompactionStats) -> set[int]:
-    """Offsets of the records to keep (see the module docstring)."""
-    info: dict[bytes, tuple[int, str]] = {}
+    """Offsets of the records to keep: each key's last record, unless it is an expired tombstone, plus what
+    ``replay_rules.presence_needs`` asks for to keep each group present or absent."""
+    group_of: dict[bytes, tuple[int, str]] = {}  # key -> (record type, group)
     last_pos: dict[bytes, int] = {}
     last_tomb_ts: dict[bytes, int] = {}  # key -> batch timestamp of its last record, if it is a tombstone
-    last_oc_value: dict[str, tuple[int, bytes]] = {}
+    creator_key: dict[str, bytes] = {}  # group -> key of its last offset value
+    presence = GroupPresence()
     for src in sources:
         for offset, kb, rv in src.records:
-            meta = info.get(kb)
+            meta = group_of.get(kb)
             if meta is None:
                 fields = decode_key_fields(kb)
-                if fields[0] not in (OFFSET_COMMIT_KEY_TYPE, GROUP_METADATA_KEY_TYPE):
-                    raise ValueError(f"unknown record type {fields[0]} at offset {offset}")
-                meta = info[kb] = (fields[0], fields[1])
+                meta = group_of[kb] = (fields[0], fields[1])
+            try:
+                presence.observe(meta[0], meta[1], rv is None, offset)
+            except ValueError as e:
+                raise ValueError(f"{e} at offset {offset}") from None
             last_pos[kb] = offset
             if rv is None:
                 last_tomb_ts[kb] = src.timestamp_ms
             else:
                 last_tomb_ts.pop(kb, None)
                 if meta[0] == OFFSET_COMMIT_KEY_TYPE:
-                    last_oc_value[meta[1]] = (offset, kb)
+                    creator_key[meta[1]] = kb
     keep: set[int] = set()
-    max_value_pos: dict[str, int] = {}
-    final_gm: dict[str, tuple[bool, int]] = {}  # group -> (is tombstone, offset)
+    surviving_value_at: dict[str, int] = {}  # group -> its last offset value that is its key's last record
+    metadata_is_value: set[str] = set()
     for kb, pos in last_pos.items():
-        type_id, group = info[kb]
+        type_id, group = group_of[kb]
         ts = last_tomb_ts.get(kb)
         if ts is None:
             keep.add(pos)
-            if type_id == OFFSET_COMMIT_KEY_TYPE and pos > max_value_pos.get(group, -1):
-                max_value_pos[group] = pos
+            if type_id == OFFSET_COMMIT_KEY_TYPE:
+                if pos > surviving_value_at.get(group, -1):
+                    surviving_value_at[group] = pos
+            else:
+                metadata_is_value.add(group)
         elif now_ms - ts <= delete_retention_ms:
             keep.add(pos)
-        if type_id == GROUP_METADATA_KEY_TYPE:
-            final_gm[group] = (ts is not None, pos)
-    groups = {g for _, g in info.values()}
-    for group in groups:
-        gm = final_gm.get(group)
-        if gm is not None and not gm[0]:
-            continue  # the group's metadata value decides, whatever the commits did
-        tomb_pos = gm[1] if gm is not None else -1
-        creator = last_oc_value.get(group)
-        exists = creator is not None and creator[0] > tomb_pos
-        value_pos = max_value_pos.get(group, -1)
-        if exists and value_pos <= tomb_pos:  # no surviving commit re-creates it: keep its creator
-            keep.add(creator[0])
-            keep.add(last_pos[creator[1]])
-        elif not exists and value_pos >= 0:
-            keep.add(tomb_pos)
+    for group in {g for _, g in group_of.values()}:
+        keep_creator, keep_tombstone = presence_needs(presence, group, group in metadata_is_value,
+                                                      surviving_value_at.get(group, -1))
+        if keep_creator:
+            keep.add(presence.commit_value_at[group])
+            keep.add(last_pos[creator_key[group]])
+        if keep_tombstone:
+            keep.add(presence.metadata_tombstone_at[group])
     stats.tombstones_dropped = sum(1 for kb in last_tomb_ts if last_pos[kb] not in keep)
     return keep
 

@@ -6,14 +6,9 @@ record in log order; a property test holds the two against each other.
 How it is fast: a file log hands over CRC-checked payloads; each is decoded once with ``msgpack.unpackb``
 and, for the usual batch without tombstones, its flat ``[key bytes, raw value, ...]`` array goes straight
 into one dict (``dict.update(zip(it, it))``, last write wins per key, in C). Only the survivors are turned
-into dataclasses at the end. Batches with tombstones go record by record, because of two rules of
-``DurableState.replay`` that last-write-wins alone cannot see:
-
-* an OffsetCommit value creates its group (``groups[g] = None``) if the group is missing *at that moment*,
-  even if a later tombstone removes that offset again (``hidden`` remembers such groups);
-* a GroupMetadata tombstone removes the group, so only OffsetCommit values written *after* it re-create
-  it (``tombed[g]`` says whether one was seen since the group's last tombstone; tombstone-free batches
-  mark it from the batch's ``groups`` header without decoding keys).
+into dataclasses at the end. Which groups are present beyond last-write-wins is followed with
+``replay_rules.GroupPresence``: batches with tombstones record by record, tombstone-free batches from
+the batch's ``groups`` header without decoding keys.
 
 Not guaranteed: speed when ``state`` is not empty or the log is not a ``FileLog`` (then it falls back to
 sequential ``DurableState.replay``, which is exact but slower).
@@ -28,6 +23,7 @@ from dataclasses import dataclass
 import msgpack
 
 from coordinator.records import GROUP_METADATA_KEY_TYPE, OFFSET_COMMIT_KEY_TYPE, OffsetCommitValue
+from coordinator.replay_rules import GroupPresence
 from coordinator.state import DurableState
 from offsets_log.codec import (
     FLAG_TOMBSTONES,
@@ -86,8 +82,7 @@ def _replay_sequential(log, state: DurableState) -> tuple[int, int]:
 def _replay_fast(payloads, state: DurableState, where: str) -> tuple[int, int]:
     unpackb = msgpack.unpackb
     last: dict = {}
-    tombed: dict[str, bool] = {}
-    hidden: set[str] = set()
+    presence = GroupPresence()
     n = 0
     nbytes = 0
     expected = 0
@@ -110,53 +105,36 @@ def _replay_fast(payloads, state: DurableState, where: str) -> tuple[int, int]:
             raise CorruptLogError(path, pos, f"batch passes its CRC but cannot be decoded ({e})") from e
         if p[1] != expected:
             raise CorruptLogError(path, pos, f"batch starts at offset {p[1]}, expected {expected}")
+        if p[5] & FLAG_TOMBSTONES:
+            try:
+                _replay_batch_in_order(flat, last, presence, n)
+            except (RecordFormatError, ValueError) as e:
+                raise CorruptLogError(path, pos, str(e)) from e
+        else:
+            presence.observe_values(p[6], n)
+            it = iter(flat)
+            last.update(zip(it, it, strict=False))
         expected += span
         n += count
         nbytes += len(payload) + 8
-        if p[5] & FLAG_TOMBSTONES:
-            try:
-                _replay_batch_in_order(flat, last, tombed, hidden)
-            except RecordFormatError as e:
-                raise CorruptLogError(path, pos, str(e)) from e
-        else:
-            if tombed:
-                for g in p[6]:
-                    if g in tombed:
-                        tombed[g] = True
-            it = iter(flat)
-            last.update(zip(it, it, strict=False))
     try:
-        _install(last, tombed, hidden, state)
+        _install(last, presence, state)
     except (RecordFormatError, TypeError, ValueError) as e:
         raise CorruptLogError(where, None, f"a record cannot be decoded ({e})") from e
     return n, nbytes
 
 
-def _replay_batch_in_order(flat: tuple, last: dict, tombed: dict[str, bool], hidden: set[str]) -> None:
+def _replay_batch_in_order(flat: tuple, last: dict, presence: GroupPresence, position: int) -> None:
+    observe = presence.observe
     for i in range(0, len(flat), 2):
         kb = flat[i]
         value = flat[i + 1]
         fields = decode_key_fields(kb)
-        type_id = fields[0]
-        group = fields[1]
-        if type_id == OFFSET_COMMIT_KEY_TYPE:
-            if value is None:
-                if last.get(kb) is not None:
-                    hidden.add(group)
-            elif group in tombed:
-                tombed[group] = True
-        elif type_id == GROUP_METADATA_KEY_TYPE:
-            if value is None:
-                tombed[group] = False
-                hidden.discard(group)
-            elif group in tombed:
-                tombed[group] = True
-        else:
-            raise RecordFormatError(f"unknown record type {type_id}")
+        observe(fields[0], fields[1], value is None, position + i // 2)
         last[kb] = value
 
 
-def _install(last: dict, tombed: dict[str, bool], hidden: set[str], state: DurableState) -> None:
+def _install(last: dict, presence: GroupPresence, state: DurableState) -> None:
     unpackb = msgpack.unpackb
     offsets = state.offsets
     groups = state.groups
@@ -184,9 +162,6 @@ def _install(last: dict, tombed: dict[str, bool], hidden: set[str], state: Durab
             groups[fields[1]] = decode_group_metadata_value(value)
         else:
             raise RecordFormatError(f"unknown record type {type_id}")
-    for group in list(offsets) + list(hidden):
-        if group not in groups and group not in tombed:
-            groups[group] = None
-    for group, created in tombed.items():
-        if created and group not in groups:
+    for group in presence.simple_groups():
+        if group not in groups:
             groups[group] = None
