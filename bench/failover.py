@@ -5,7 +5,7 @@ the time from the kill to the first successful commit on that partition, broken 
 (kill → the controller sees the node dead), election (→ new leader chosen, epoch bumped, followers
 fenced, shard started), replay (the new shard's load of its local replica) and client rediscovery (the
 rest). Then commit throughput at 64 clients with replication factor 3 vs 1, measured in the same run.
-Goals (issue 5): failover ≤ detection + 1 s with 1 M records; RF 3 throughput ≥ 50 % of RF 1.
+Goals: failover ≤ detection + 1 s with 1 M records; RF 3 throughput ≥ 50 % of RF 1.
 
 Writes ``bench/results/failover.json`` and prints a table. Run: ``.venv/bin/python bench/failover.py``.
 """

@@ -1,10 +1,10 @@
 """The request boundary of a coordinator: pre-checks, dispatch to the shard, error responses.
 
 ``dispatch(runtime, request, sink)`` is the one place where a validated request meets the partition
-lifecycle (reference §1.1: invalid group id → not active → loading → not owned, with Kafka's
-exceptions for Heartbeat and SyncGroup while loading) and where whole-request failures become codes.
-The in-process coordinator and the shard actor both call it; ``sink`` receives the response once
-everything it depends on is durable.
+lifecycle (Kafka's ``GroupCoordinator.validateGroupStatus``: invalid group id → not active → loading →
+not owned, with the exceptions ``handleHeartbeat`` and ``handleSyncGroup`` make while loading) and where
+whole-request failures become codes. The in-process coordinator and the shard actor both call it;
+``sink`` receives the response once everything it depends on is durable.
 """
 
 from __future__ import annotations
@@ -84,14 +84,14 @@ _SPECS: dict[type, _Spec] = {
         lambda req, e: SyncGroupResponse(e),
         lambda req, e: SyncGroupResponse(e),
         lambda shard, req, r: shard.sync_group(req, r),
-        while_loading=Errors.REBALANCE_IN_PROGRESS,  # old clients do not expect 14 from SyncGroup (§1.1)
+        while_loading=Errors.REBALANCE_IN_PROGRESS,  # old clients do not expect 14 (handleSyncGroup)
     ),
     HeartbeatRequest: _Spec(
         False,
         lambda req, e: HeartbeatResponse(e),
         lambda req, e: HeartbeatResponse(e),
         lambda shard, req, r: r.complete(shard.heartbeat(req)),
-        while_loading=Errors.NONE,  # Kafka "responds blindly" while loading (§1.1)
+        while_loading=Errors.NONE,  # Kafka "responds blindly" while loading (handleHeartbeat)
     ),
     LeaveGroupRequest: _Spec(
         False,
@@ -179,7 +179,8 @@ def _list_groups(runtime: CoordinatorRuntime, req: ListGroupsRequest) -> ListGro
     groups = []
     for ctx in runtime.contexts:
         if ctx.state is PartitionState.LOADING:
-            # New coordinator: a loading partition fails the whole listing (Appendix A).
+            # Kafka's new coordinator (GroupCoordinatorService.listGroups): a loading partition fails the
+            # whole listing.
             return ListGroupsResponse(Errors.COORDINATOR_LOAD_IN_PROGRESS)
         if ctx.state is PartitionState.ACTIVE:
             groups.extend(ctx.shard.list_groups(list(req.states_filter), list(req.types_filter)))

@@ -1,9 +1,9 @@
 """Time and timers for the pure core.
 
 The core never reads a wall clock: it takes a ``Clock`` and a ``Timers`` service. ``ManualClock``
-implements both for tests with Kafka's MockTimer convention: ``advance(ms)`` first moves the clock,
-then fires every timer whose deadline is ``<= now`` in deadline order (ties in scheduling order);
-callbacks see the advanced time and timers armed while firing count from it.
+implements both for tests with the convention of Kafka's ``MockCoordinatorTimer``: ``advance(ms)``
+first moves the clock, then fires every timer whose deadline is ``<= now`` in deadline order (ties in
+scheduling order); callbacks see the advanced time and timers armed while firing count from it.
 """
 
 from __future__ import annotations

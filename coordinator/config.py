@@ -1,4 +1,5 @@
-"""Typed coordinator configuration keyed by Kafka's property names (reference §3).
+"""Typed coordinator configuration keyed by Kafka's property names (``GroupCoordinatorConfig`` for the
+group and offsets settings; the others are Kafka broker and topic settings).
 
 ``CoordinatorConfig.from_properties({...})`` takes Kafka property names (``group.max.size``) and
 validates every value: an unknown key, a value of the wrong type or a value outside its range raises
@@ -47,7 +48,8 @@ _PROPERTIES: dict[str, _Prop] = {
 
 @dataclass(frozen=True)
 class CoordinatorConfig:
-    """Kafka's defaults at the reference snapshot (§3.1, §3.2, §3.5)."""
+    """Kafka's defaults for the offsets topic, offset management and classic groups
+    (``GroupCoordinatorConfig``) and for the offsets topic's tombstone retention (``delete.retention.ms``)."""
 
     offsets_topic_num_partitions: int = 50
     offsets_topic_replication_factor: int = 3

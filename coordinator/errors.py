@@ -1,7 +1,9 @@
 """Kafka's error catalogue, the exceptions the core raises, and the append-error mapping.
 
-Codes are Kafka's wire codes (``org.apache.kafka.common.protocol.Errors``); ``retriable`` follows the
-reference (kafka-group-protocol.md §1.2): a client retries 13, 14, 15, 16 and rejoins on 27, and the
+Codes are Kafka's wire codes (``org.apache.kafka.common.protocol.Errors``); ``retriable`` follows Kafka's
+clients: 13, 14, 15 and 16 map to ``RetriableException`` subclasses (``NetworkException``,
+``CoordinatorLoadInProgressException``, ``CoordinatorNotAvailableException``, ``NotCoordinatorException``)
+that a client retries, a consumer rejoins on 27 (``RebalanceInProgressException``), and the
 storage-level errors that Kafka marks as retriable are retriable here too.
 """
 
@@ -108,7 +110,8 @@ class AppendError(Exception):
 
 
 def map_append_error(error: Errors) -> Errors:
-    """Kafka's new coordinator mapping of an append error to the client error (reference §1.1, "New")."""
+    """Kafka's new coordinator mapping of an append error to the client error
+    (``CoordinatorOperationExceptionHelper.handleOperationException``)."""
     if error in (Errors.UNKNOWN_TOPIC_OR_PARTITION, Errors.NOT_ENOUGH_REPLICAS, Errors.REQUEST_TIMED_OUT):
         return Errors.COORDINATOR_NOT_AVAILABLE
     if error in (Errors.NOT_LEADER_OR_FOLLOWER, Errors.KAFKA_STORAGE_ERROR):

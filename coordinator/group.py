@@ -1,4 +1,5 @@
-"""The classic group: members, state machine, protocol selection (reference §2.1, §2.9, §2.10).
+"""The classic group: members, state machine, protocol selection (Kafka's ``ClassicGroup`` with the
+transitions of ``ClassicGroupState``, ``selectProtocol`` and ``maybeElectNewJoinedLeader``).
 
 A ``ClassicGroup`` is soft state: the live view the handlers work on. Its durable projection is the
 GroupMetadata record written at SyncGroup / join completion; after a load it is rebuilt from that
@@ -245,7 +246,8 @@ class ClassicGroup:
         old = self.members.pop(old_member_id, None)
         if old is None:
             raise IllegalStateError(f"cannot replace non-existing member id {old_member_id}")
-        # The old instance is fenced: its parked requests are answered FENCED_INSTANCE_ID (§2.7).
+        # The old instance is fenced: its parked requests are answered FENCED_INSTANCE_ID (as Kafka's
+        # ClassicGroup.replaceStaticMember does, KIP-345).
         from coordinator.messages import JoinGroupResponse, SyncGroupResponse
 
         self.complete_join(old, JoinGroupResponse(Errors.FENCED_INSTANCE_ID, member_id=old_member_id))
@@ -258,8 +260,8 @@ class ClassicGroup:
         if self.is_leader(old_member_id):
             self.leader_id = new_member_id
         self.static_members[instance_id] = new_member_id
-        # Kafka's new coordinator leaves the old id in the pending-sync set: if the old member never
-        # synced, the DelayedSync still expires and starts a rebalance (reference §2.4, §2.7).
+        # Kafka's new coordinator leaves the old id in the pending-sync set: if the old member never synced,
+        # the pending-sync timeout (GroupMetadataManager.expirePendingSync) still starts a rebalance.
         return new
 
     def complete_join(self, member: Member, response) -> bool:

@@ -1,4 +1,5 @@
-"""FindCoordinator routing: Kafka's ``partitionFor`` (reference §4.2)."""
+"""FindCoordinator routing: Kafka's ``partitionFor`` (``GroupCoordinatorService.partitionFor``:
+``Utils.abs(groupId.hashCode()) % offsets.topic.num.partitions``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The records of the offsets log: Kafka's ``__consumer_offsets`` keys and values (reference §4.1).
+"""The records of the offsets log: Kafka's ``__consumer_offsets`` keys and values (the
+``OffsetCommitKey/Value`` and ``GroupMetadataKey/Value`` message schemas, ``GroupCoordinatorRecordSerde``).
 
 A record is a ``(key, value)`` pair; a value of ``None`` is a tombstone. The key's type identifies the
 record type, as Kafka's key version does (OffsetCommit = 1, GroupMetadata = 2); the codec in
@@ -61,7 +62,7 @@ RecordKey = OffsetCommitKey | GroupMetadataKey
 RecordValue = OffsetCommitValue | GroupMetadataValue | None
 Record = tuple[RecordKey, RecordValue]
 
-# Kafka's key versions double as record type ids (reference §4.1).
+# Kafka's key versions double as record type ids (GroupCoordinatorRecordSerde dispatches on them).
 OFFSET_COMMIT_KEY_TYPE = 1
 GROUP_METADATA_KEY_TYPE = 2
 

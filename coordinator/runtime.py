@@ -7,8 +7,9 @@ replayed speculatively) join the partition's open batch. Group commit: one batch
 operations arriving meanwhile form the next one; the responses an operation completed are released only
 when its batch and every earlier one are durable, so a read is answered after all earlier writes. If an
 append fails, that batch and everything applied after it are undone, their requests get Kafka's mapped
-error (§1.1) and their ``on_done`` callbacks run with it. This module is pure: the log, the timers and
-the driver (synchronous ``flush``, or the actor's asynchronous flusher) are injected.
+error (``CoordinatorOperationExceptionHelper.handleOperationException``) and their ``on_done``
+callbacks run with it. This module is pure: the log, the timers and the driver (synchronous ``flush``,
+or the actor's asynchronous flusher) are injected.
 
 Guarantees: no response is released before every record it depends on is in the log; nothing in the
 log was ever reverted in memory (so replaying the log gives the live durable state).
@@ -100,7 +101,7 @@ class CoordinatorRuntime:
         self._held: list[list[tuple[Deferred, Callable[[Any], None], Any]]] = []
 
     # ------------------------------------------------------------------------------------------
-    # Routing and pre-checks (reference §1.1, Appendix B)
+    # Routing and pre-checks (Kafka's partitionFor and the GroupCoordinator.validateGroupStatus order)
     # ------------------------------------------------------------------------------------------
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self.num_partitions)
@@ -239,7 +240,7 @@ class CoordinatorRuntime:
         return run
 
     # ------------------------------------------------------------------------------------------
-    # Load / unload (reference §4.3, §4.4)
+    # Load / unload (Kafka's CoordinatorRuntime.scheduleLoadOperation / scheduleUnloadOperation)
     # ------------------------------------------------------------------------------------------
     def new_shard(self, ctx: PartitionContext) -> GroupCoordinatorShard:
         return GroupCoordinatorShard(

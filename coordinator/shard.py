@@ -128,7 +128,7 @@ class GroupCoordinatorShard(RebalanceMixin, OffsetsMixin):
             self.timers.cancel(heartbeat_key(group_id, member_id))
 
     # ------------------------------------------------------------------------------------------
-    # JoinGroup (reference §2.3)
+    # JoinGroup (Kafka's GroupMetadataManager.classicGroupJoin)
     # ------------------------------------------------------------------------------------------
     def join_group(self, req: JoinGroupRequest, respond: Deferred) -> None:
         cfg = self.config
@@ -166,7 +166,8 @@ class GroupCoordinatorShard(RebalanceMixin, OffsetsMixin):
                 if error is not Errors.NONE:
                     respond.complete(JoinGroupResponse(error))
                     # Kafka reverts its timeline to before this write, so the group never existed: no
-                    # pending id (KIP-394), no parked static member, no timers (reference §1.1, Appendix A).
+                    # pending id (KIP-394), no parked static member, no timers
+                    # (GroupMetadataManager.classicGroupJoin).
                     created = self.groups.get(group_id)
                     if created is not None and group_id not in self.state.groups:
                         for member in list(created.members.values()):
@@ -176,7 +177,8 @@ class GroupCoordinatorShard(RebalanceMixin, OffsetsMixin):
             self._write([new_empty_group_metadata_record(req.group_id, self.now_ms())], on_done)
 
     def _accept_joining_member(self, group: ClassicGroup, member_id: str) -> bool:
-        """``group.max.size`` acceptance (reference §2.12)."""
+        """``group.max.size`` acceptance (Kafka's GroupMetadataManager.acceptJoiningMember; KIP-389,
+        KAFKA-9885)."""
         max_size = self.config.group_max_size
         if group.state in (GroupState.EMPTY, GroupState.DEAD):
             return True
@@ -289,7 +291,8 @@ class GroupCoordinatorShard(RebalanceMixin, OffsetsMixin):
 
     def _update_static_member(self, req: JoinGroupRequest, group: ClassicGroup, old_member_id: str,
                               new_member_id: str, respond: Deferred) -> None:
-        """A static member restarted with an unknown member id (reference §2.7)."""
+        """A static member restarted with an unknown member id (Kafka's
+        GroupMetadataManager.updateStaticMemberThenRebalanceOrCompleteJoin, KIP-345)."""
         current_leader = group.leader_id
         new_member = group.replace_static_member(req.group_instance_id, old_member_id, new_member_id)
         self.timers.cancel(heartbeat_key(group.group_id, old_member_id))
@@ -341,7 +344,7 @@ class GroupCoordinatorShard(RebalanceMixin, OffsetsMixin):
             self._maybe_complete_join_phase(group)
 
     # ------------------------------------------------------------------------------------------
-    # SyncGroup (reference §2.5)
+    # SyncGroup (Kafka's GroupMetadataManager.classicGroupSync)
     # ------------------------------------------------------------------------------------------
     def sync_group(self, req: SyncGroupRequest, respond: Deferred) -> None:
         group = self.groups.get(req.group_id)
@@ -428,7 +431,7 @@ class GroupCoordinatorShard(RebalanceMixin, OffsetsMixin):
         return HeartbeatResponse(Errors.NONE)
 
     # ------------------------------------------------------------------------------------------
-    # LeaveGroup (reference §1.2)
+    # LeaveGroup (Kafka's GroupMetadataManager.classicGroupLeave)
     # ------------------------------------------------------------------------------------------
     def leave_group(self, req: LeaveGroupRequest) -> LeaveGroupResponse:
         group = self.groups.get(req.group_id)

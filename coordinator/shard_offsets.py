@@ -41,7 +41,7 @@ def java_length(s: str) -> int:
 
 class OffsetsMixin:
     # ------------------------------------------------------------------------------------------
-    # OffsetCommit (reference §1.2, OffsetCommit v8)
+    # OffsetCommit v8 (Kafka's OffsetMetadataManager.commitOffset, ClassicGroup.validateOffsetCommit)
     # ------------------------------------------------------------------------------------------
     def commit_offsets(self, req: OffsetCommitRequest) -> OffsetCommitResponse:
         group = self.groups.get(req.group_id)
@@ -189,7 +189,7 @@ class OffsetsMixin:
         else:
             # Kafka's new coordinator (ClassicGroupMember#describeNoMetadata): no protocol metadata while
             # rebalancing, but the member's current assignment is still reported (the Scala coordinator's
-            # summaryNoMetadata left it empty; we follow the new coordinator, issue 2).
+            # summaryNoMetadata left it empty; we follow the new coordinator).
             members = [
                 DescribedMember(m.member_id, m.group_instance_id, m.client_id, m.client_host, b"", m.assignment)
                 for m in group.members.values()
@@ -199,7 +199,7 @@ class OffsetsMixin:
                               members)
 
     # ------------------------------------------------------------------------------------------
-    # Offset expiration and group cleanup (reference §5.1)
+    # Offset expiration and group cleanup (Kafka's GroupCoordinatorShard.cleanupGroupMetadata, KIP-211)
     # ------------------------------------------------------------------------------------------
     def schedule_expiration(self) -> None:
         self._schedule(EXPIRATION_KEY, self.config.offsets_retention_check_interval_ms, self.cleanup_group_metadata)
@@ -232,7 +232,7 @@ class OffsetsMixin:
         self.schedule_expiration()
 
     # ------------------------------------------------------------------------------------------
-    # Load / unload (reference §2.14, §4.3, §4.4)
+    # Load / unload (Kafka's GroupMetadataManager.onLoaded / onUnloaded)
     # ------------------------------------------------------------------------------------------
     def on_loaded(self) -> None:
         """Materialize groups from the replayed durable state and arm their timers, as Kafka's

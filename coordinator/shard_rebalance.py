@@ -1,7 +1,9 @@
-"""The rebalance machinery and member liveness of ``GroupCoordinatorShard`` (reference §2.4, §2.6,
-§2.11): preparing a rebalance, the (initial) delayed join and its completion, the pending-sync timeout,
-propagating assignments, session timers. Split out of ``shard.py`` by concern; it relies on the shard's
-``groups``, ``timers``, ``config``, ``_schedule`` and ``_write``.
+"""The rebalance machinery and member liveness of ``GroupCoordinatorShard``, after Kafka's
+``GroupMetadataManager`` (``prepareRebalance``, ``tryCompleteInitialRebalanceElseSchedule``,
+``completeClassicGroupJoin``, ``expirePendingSync``, ``propagateAssignment``,
+``expireClassicGroupMemberHeartbeat``): preparing a rebalance, the (initial, KIP-134) delayed join and its
+completion, the pending-sync timeout, propagating assignments, session timers. Split out of ``shard.py`` by
+concern; it relies on the shard's ``groups``, ``timers``, ``config``, ``_schedule`` and ``_write``.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ def sync_key(group_id: str) -> tuple:
 
 class RebalanceMixin:
     # ------------------------------------------------------------------------------------------
-    # Rebalance machinery (reference §2.4, §2.11)
+    # Rebalance machinery (Kafka's GroupMetadataManager.prepareRebalance / completeClassicGroupJoin)
     # ------------------------------------------------------------------------------------------
     def _maybe_prepare_rebalance_or_complete_join(self, group: ClassicGroup) -> None:
         if group.can_rebalance():
@@ -68,7 +70,8 @@ class RebalanceMixin:
         if group.new_member_added and remaining_ms != 0:
             group.new_member_added = False
             new_delay = min(self.config.group_initial_rebalance_delay_ms, remaining_ms)
-            # Kafka decrements the remaining budget by the *previous* delay (reference §2.11).
+            # Kafka decrements the remaining budget by the *previous* delay
+            # (GroupMetadataManager.tryCompleteInitialRebalanceElseSchedule).
             new_remaining = max(remaining_ms - delay_ms, 0)
             self._schedule(
                 join_key(group_id), new_delay,
@@ -148,7 +151,7 @@ class RebalanceMixin:
         self.timers.cancel(sync_key(group.group_id))
 
     # ------------------------------------------------------------------------------------------
-    # Liveness (reference §2.6)
+    # Liveness (Kafka's rescheduleClassicGroupMemberHeartbeat / expireClassicGroupMemberHeartbeat)
     # ------------------------------------------------------------------------------------------
     def _reschedule_heartbeat(self, group: ClassicGroup, member: Member, timeout_ms: int | None = None) -> None:
         gid, mid = group.group_id, member.member_id

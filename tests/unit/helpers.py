@@ -81,7 +81,8 @@ class Ctx:
     def stable_group(self, n=1, group_id=GROUP, **join_kw):
         """n dynamic members join and sync; returns (generation_id, [member ids], leader id)."""
         futures = [self.join_new_dynamic(group_id=group_id, **join_kw) for _ in range(n)]
-        # The initial delay re-arms once per new member (reference §2.11): advance until everyone is answered.
+        # The initial delay (KIP-134) re-arms while new members arrive (Kafka's
+        # tryCompleteInitialRebalanceElseSchedule): advance until everyone is answered.
         for _ in range(n + 2):
             if all(f.done() for f in futures):
                 break

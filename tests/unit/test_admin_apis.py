@@ -1,4 +1,5 @@
-"""ListGroups, DescribeGroups, DeleteGroups and OffsetDelete (reference §1.2, Appendix A; Kafka's
+"""ListGroups, DescribeGroups, DeleteGroups and OffsetDelete as Kafka's new coordinator handles them
+(GroupCoordinatorService.listGroups / describeGroups / deleteGroups / deleteOffsets; Kafka's
 GroupMetadataManagerTest / GroupCoordinatorShardTest / OffsetMetadataManagerTest are the models)."""
 
 from __future__ import annotations
@@ -125,7 +126,7 @@ def test_describe_stable_group_has_protocol_and_member_metadata_and_assignment()
 def test_describe_rebalancing_group_has_no_protocol_and_no_member_metadata():
     # GroupMetadataManagerTest#testDescribeGroupRebalancing: the new coordinator describes the members
     # without metadata but *with* their current assignment (ClassicGroupMember#describeNoMetadata); the
-    # reference's §1.2 row ("without metadata/assignment") is the Scala coordinator's summaryNoMetadata.
+    # Scala coordinator's MemberMetadata#summaryNoMetadata left out the assignment as well.
     ctx = Ctx()
     gen, (m1, m2), leader = ctx.stable_group(2, rebalance_timeout_ms=60_000)
     ctx.join(member_id=leader, rebalance_timeout_ms=60_000)
@@ -356,8 +357,8 @@ def test_blank_group_id_for_delete_groups_and_offset_delete():
     ctx = Ctx()
     assert delete_groups(ctx, "") == {"": Errors.GROUP_ID_NOT_FOUND}
     ctx.commit({T0: (1, "")}, group_id="")
-    # OffsetDelete does not accept "" (reference §1.1: only OffsetCommit/OffsetFetch/DescribeGroups/
-    # DeleteGroups do).
+    # OffsetDelete does not accept "" (Kafka's GroupCoordinator.isValidGroupId: only OffsetCommit/
+    # OffsetFetch/DescribeGroups/DeleteGroups do).
     assert delete_offsets(ctx, [T0], group_id="").error is Errors.INVALID_GROUP_ID
     assert delete_groups(ctx, "") == {"": Errors.NONE}
     assert ctx.coord.group_state_for_testing("") is None

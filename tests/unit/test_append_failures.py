@@ -1,6 +1,6 @@
-"""Append failures on offset writes, deletions and expiration (reference §1.1, "New (all writes)"
-column): the client sees Kafka's mapped error, nothing reaches the log, and the in-memory state is
-exactly what the log says."""
+"""Append failures on offset writes, deletions and expiration (Kafka's new coordinator mapping,
+``CoordinatorOperationExceptionHelper.handleOperationException``): the client sees Kafka's mapped error,
+nothing reaches the log, and the in-memory state is exactly what the log says."""
 
 from __future__ import annotations
 

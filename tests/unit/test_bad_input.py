@@ -1,5 +1,5 @@
 """Bad input through the public API: clean errors (an Errors code, or TypeError/ValueError naming the
-field), and nothing changes (issue 2, Part 2 "Bad input")."""
+field), and nothing changes: no record is written and neither the durable nor the live state moves."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""ManualClock: Kafka's MockTimer convention (issue 2, Part 2)."""
+"""ManualClock: the convention of Kafka's ``MockCoordinatorTimer`` (advance the ``MockTime``, then
+every timer whose deadline is ``<= now`` fires, in deadline order)."""
 
 import pytest
 

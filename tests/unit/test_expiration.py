@@ -1,4 +1,5 @@
-"""Offset expiration and group cleanup (reference §5.1; Kafka's OffsetMetadataManagerTest
+"""Offset expiration and group cleanup (Kafka's GroupCoordinatorShard.cleanupGroupMetadata,
+OffsetMetadataManager.cleanupExpiredOffsets, KIP-211; Kafka's OffsetMetadataManagerTest
 #testCleanupExpiredOffsets*, ClassicGroupTest#testOffsetExpirationCondition, GroupCoordinatorShardTest
 #testCleanupGroupMetadata are the models).
 
@@ -133,7 +134,8 @@ def test_explicit_expire_timestamp_does_not_expire_a_subscribed_topic():
 
 
 # ----------------------------------------------------------------------------------------------
-# The expiration condition and base timestamp per group (reference §5.1 table)
+# The expiration condition and base timestamp per group (Kafka's ClassicGroup.offsetExpirationCondition,
+# OffsetExpirationConditionImpl)
 # ----------------------------------------------------------------------------------------------
 def test_empty_group_with_protocol_type_counts_from_when_it_became_empty():
     ctx = new_ctx()

@@ -1,5 +1,7 @@
-"""JoinGroup scenarios (reference §2.3, §2.7, §2.8, §2.12), after Kafka's GroupMetadataManagerTest
-classic-group tests (names in each docstring). Member ids are deterministic: ``<client or instance id>-<n>``."""
+"""JoinGroup scenarios (Kafka's GroupMetadataManager.classicGroupJoin, including static members of KIP-345,
+the member id round trip of KIP-394 and ``group.max.size`` of KIP-389), after Kafka's
+GroupMetadataManagerTest classic-group tests (names in each docstring). Member ids are deterministic:
+``<client or instance id>-<n>``."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from tests.unit.helpers import (
 
 @pytest.fixture(autouse=True)
 def _replay_matches_after_each_test(monkeypatch):
-    """After every scenario, replaying the log gives the live durable state (Part 3)."""
+    """After every scenario, replaying the log gives the live durable state."""
     yield from replay_matches_after_test(monkeypatch)
 
 
@@ -36,7 +38,8 @@ def generation(ctx, group_id=GROUP):
 
 
 # ----------------------------------------------------------------------------------------------
-# Session timeout bounds, unknown member on unknown group (§2.3 steps 1-2)
+# Session timeout bounds, unknown member on unknown group (the first checks of Kafka's
+# GroupCoordinator.handleJoinGroup: session timeout, then getOrMaybeCreateGroup)
 # ----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("session_timeout_ms", [5_999, 30_001])
 def test_session_timeout_out_of_bounds_is_invalid(session_timeout_ms):
@@ -55,14 +58,14 @@ def test_session_timeout_out_of_bounds_is_invalid(session_timeout_ms):
 
 @pytest.mark.parametrize("session_timeout_ms", [6_000, 30_000])
 def test_session_timeout_bounds_are_inclusive(session_timeout_ms):
-    """§2.3 step 1: the bounds themselves are valid."""
+    """The session timeout check: the bounds themselves are valid."""
     ctx = Ctx(config={"group.min.session.timeout.ms": 6_000, "group.max.session.timeout.ms": 30_000})
     resp = ctx.join(session_timeout_ms=session_timeout_ms).result(timeout=0)
     assert (resp.error, resp.member_id) == (Errors.MEMBER_ID_REQUIRED, "client-1")
 
 
 def test_invalid_session_timeout_of_existing_member_changes_nothing():
-    """§2.3 step 1 for a known member (testJoinGroupSessionTimeoutTooSmall with a member id)."""
+    """The session timeout check for a known member (testJoinGroupSessionTimeoutTooSmall with a member id)."""
     ctx = Ctx(config={"group.min.session.timeout.ms": 6_000})
     gen, (m1,), _ = ctx.stable_group(1)
     records = ctx.records()
@@ -95,7 +98,7 @@ def test_unknown_member_id_on_existing_group():
 
 
 # ----------------------------------------------------------------------------------------------
-# Protocol type / protocol support (§2.3 `supportsProtocols`)
+# Protocol type / protocol support (Kafka's ClassicGroup.supportsProtocols)
 # ----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("instance_id", [None, "inst"])
 def test_empty_protocol_type_on_empty_group(instance_id):
@@ -165,11 +168,12 @@ def test_join_response_carries_protocol_type_and_name():
 
 
 # ----------------------------------------------------------------------------------------------
-# KIP-394 pending members (§2.8)
+# KIP-394 pending members
 # ----------------------------------------------------------------------------------------------
 def test_first_join_of_dynamic_member_returns_member_id_required():
     """testJoinGroupUnknownMemberNewGroup (v4+): MEMBER_ID_REQUIRED with the generated id; the group
-    is created Empty and persisted at once as an empty GroupMetadata (new coordinator, Appendix A)."""
+    is created Empty and persisted at once as an empty GroupMetadata (Kafka's new coordinator,
+    GroupMetadataManager.classicGroupJoin; the Scala coordinator wrote nothing before the first rebalance)."""
     ctx = Ctx()
     resp = ctx.join().result(timeout=0)
     assert (resp.error, resp.member_id, resp.generation_id) == (Errors.MEMBER_ID_REQUIRED, "client-1", -1)
@@ -214,7 +218,7 @@ def test_pending_member_expires_after_its_session_timeout():
 
 
 def test_pending_member_joining_before_expiry_is_accepted():
-    """§2.8: the pending id is usable until its session timeout."""
+    """KIP-394: the pending id is usable until its session timeout."""
     ctx = Ctx()
     pending = ctx.join(session_timeout_ms=5_000).result(timeout=0).member_id
     ctx.clock.advance(4_999)
@@ -272,7 +276,7 @@ def test_pending_member_joining_with_instance_id_is_an_illegal_state():
 
 
 # ----------------------------------------------------------------------------------------------
-# Static membership (§2.7)
+# Static membership (KIP-345)
 # ----------------------------------------------------------------------------------------------
 def test_new_static_member_gets_no_member_id_required():
     """testStaticMemberJoinAsFirstMember."""
@@ -505,7 +509,7 @@ def test_no_member_rejoined_extends_the_join_phase():
 
 
 # ----------------------------------------------------------------------------------------------
-# JoinGroup in every state (§2.3 step 5)
+# JoinGroup of a known member in every state (Kafka's classicGroupJoinExistingMember)
 # ----------------------------------------------------------------------------------------------
 def test_join_in_preparing_rebalance_parks_until_all_rejoined():
     """testJoinGroupExistingMemberUpdatedMetadataTriggersRebalance."""
@@ -521,7 +525,8 @@ def test_join_in_preparing_rebalance_parks_until_all_rejoined():
 
 
 def test_join_in_completing_rebalance_with_same_metadata_answers_at_once():
-    """§2.3: a lost JoinGroup response; the leader gets the member list again, a follower does not."""
+    """classicGroupJoinExistingMember, unchanged metadata: a lost JoinGroup response; the leader gets the
+    member list again, a follower does not."""
     ctx = Ctx()
     f1, f2 = ctx.join_new_dynamic(), ctx.join_new_dynamic()
     r1, r2 = complete_initial_join(ctx, [f1, f2])
@@ -536,7 +541,8 @@ def test_join_in_completing_rebalance_with_same_metadata_answers_at_once():
 
 
 def test_join_in_completing_rebalance_with_new_metadata_rebalances():
-    """§2.3 step 5 CompletingRebalance, changed metadata: rebalance; parked syncs get REBALANCE_IN_PROGRESS."""
+    """classicGroupJoinExistingMember in CompletingRebalance, changed metadata: rebalance; parked syncs get
+    REBALANCE_IN_PROGRESS."""
     ctx = Ctx()
     f1, f2 = ctx.join_new_dynamic(), ctx.join_new_dynamic()
     r1, r2 = complete_initial_join(ctx, [f1, f2])
@@ -611,7 +617,7 @@ def test_join_dead_group():
 
 
 # ----------------------------------------------------------------------------------------------
-# group.max.size (§2.12)
+# group.max.size (KIP-389; Kafka's GroupMetadataManager.acceptJoiningMember)
 # ----------------------------------------------------------------------------------------------
 def test_max_size_dynamic_members_with_required_member_id():
     """testDynamicMembersJoinGroupWithMaxSizeAndRequiredKnownMember: Empty accepts everybody's first
@@ -651,7 +657,8 @@ def test_max_size_static_members():
 
 
 def test_max_size_stable_rejects_new_members_but_not_existing_ones():
-    """§2.12 Stable/CompletingRebalance: size decides; an existing member is always accepted."""
+    """acceptJoiningMember in Stable/CompletingRebalance: size decides; an existing member is always
+    accepted."""
     ctx = Ctx(config={"group.max.size": 2})
     gen, (m1, m2), _ = ctx.stable_group(2)
     r = ctx.join().result(timeout=0)
@@ -703,8 +710,8 @@ def test_max_size_last_rejoining_members_are_kicked_out():
 
 
 def test_max_size_over_capacity_group_loaded_rebalances_and_kicks_out_last_rejoiner(tmp_path):
-    """testOnLoadedExceedGroupMaxSizeTriggersRebalance + §2.12: a group persisted with 3 members is loaded
-    by a coordinator whose max size is 2: it rebalances, the third member to rejoin is rejected."""
+    """testOnLoadedExceedGroupMaxSizeTriggersRebalance + KAFKA-9885: a group persisted with 3 members is
+    loaded by a coordinator whose max size is 2: it rebalances, the third member to rejoin is rejected."""
     ctx = Ctx(log_dir=tmp_path)
     gen, members, _ = ctx.stable_group(3)
     ctx.coord.close()

@@ -1,6 +1,7 @@
-"""Load / unload of a partition with leader epochs (reference §2.14, §4.3, §4.4; Kafka's
-GroupMetadataManagerTest#testOnLoaded*, #testClassicGroupOnUnloaded* and the Scala
-GroupMetadataManagerTest load/unload-with-epoch tests are the models)."""
+"""Load / unload of a partition with leader epochs (Kafka's CoordinatorRuntime.scheduleLoadOperation /
+scheduleUnloadOperation and GroupMetadataManager.onLoaded / onUnloaded; Kafka's
+GroupMetadataManagerTest#testOnLoaded*, #testClassicGroupOnUnloaded* and the Scala GroupMetadataManagerTest
+load/unload-with-epoch tests are the models)."""
 
 from __future__ import annotations
 

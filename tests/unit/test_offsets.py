@@ -1,5 +1,6 @@
-"""OffsetCommit / OffsetFetch scenarios (reference §1.2, §2.1, §4.1; Kafka's OffsetMetadataManagerTest and
-ClassicGroupTest#validateOffsetCommit are the models). OffsetCommit is v8: an unknown group with a
+"""OffsetCommit / OffsetFetch scenarios (Kafka's OffsetMetadataManager.commitOffset / fetchOffsets and
+the OffsetCommit record; Kafka's OffsetMetadataManagerTest and ClassicGroupTest#validateOffsetCommit are
+the models). OffsetCommit is v8: an unknown group with a
 generation answers ILLEGAL_GENERATION."""
 
 from __future__ import annotations
@@ -185,7 +186,7 @@ def test_fetch_of_dead_group_returns_no_offsets():
 
 
 def test_fetch_while_loading_and_not_owned():
-    ctx = Ctx(num_partitions=2)  # "groupId" -> partition 0, "otherGroup" -> partition 1 (reference §4.2)
+    ctx = Ctx(num_partitions=2)  # "groupId" -> partition 0, "otherGroup" -> partition 1 (partitionFor)
     ctx.coord.set_loading_for_testing(0, True)
     assert ctx.fetch([T0], group_id="groupId").error is Errors.COORDINATOR_LOAD_IN_PROGRESS
     assert ctx.commit({T0: (1, "")}, group_id="groupId").errors == {T0: Errors.COORDINATOR_LOAD_IN_PROGRESS}

@@ -1,4 +1,5 @@
-"""FindCoordinator routing: every test vector of reference §4.2."""
+"""FindCoordinator routing: Kafka's ``partitionFor`` (``Utils.abs(groupId.hashCode()) % n``) against Java
+``String.hashCode`` values, including strings whose hash is Integer.MIN_VALUE (``Utils.abs`` maps it to 0)."""
 
 import pytest
 

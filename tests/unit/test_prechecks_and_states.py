@@ -1,5 +1,7 @@
-"""Common pre-checks and their order (reference §1.1, Appendix B), the classic state machine hooks
-(§2.1) and append failures on group writes (§1.1 "New (all writes)" column, §2.5, §2.7), after Kafka's
+"""Common pre-checks and their order (Kafka's GroupCoordinator.validateGroupStatus), the classic state
+machine hooks (ClassicGroupState) and append failures on group writes (the leader's SyncGroup and a static
+member's replacement, with Kafka's new coordinator mapping
+``CoordinatorOperationExceptionHelper.handleOperationException``), after Kafka's
 GroupCoordinatorServiceTest / ClassicGroupTest / GroupMetadataManagerTest
 (testSyncGroupAsLeaderAppendFailureTransformsError, testReplaceStaticMemberInStableStateErrors,
 testStaticMemberRejoinWithUnknownMemberIdAndChangeOfProtocolWhileSelectProtocolUnchangedPersistenceFailure)."""
@@ -24,13 +26,13 @@ from tests.unit.helpers import (
 
 @pytest.fixture(autouse=True)
 def _replay_matches_after_each_test(monkeypatch):
-    """After every scenario, replaying the log gives the live durable state (Part 3)."""
+    """After every scenario, replaying the log gives the live durable state."""
     yield from replay_matches_after_test(monkeypatch)
 
 
 T0 = ("foo", 0)
 STATES = ["Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead"]
-# §2.1: the valid previous states of each state.
+# Kafka's ClassicGroupState: the valid previous states of each state.
 VALID_PREVIOUS = {
     "Empty": {"PreparingRebalance"},
     "PreparingRebalance": {"Stable", "CompletingRebalance", "Empty"},
@@ -43,7 +45,8 @@ JOIN_KW = dict(member_id="", protocol_type="consumer", protocols=[("range", b"")
 
 
 def coordinator(**kw):
-    """§4.2 vectors with n=2: "groupId" → partition 0 (owned), "otherGroup" → partition 1 (not owned)."""
+    """Two partitions, as in Kafka's GroupCoordinatorTest: "groupId" → partition 0 (owned), "otherGroup" →
+    partition 1 (not owned)."""
     counter = itertools.count(1)
     return InProcessCoordinator(
         num_partitions=2, owned_partitions={0}, clock=ManualClock(0),
@@ -72,24 +75,26 @@ def errors_of(responses):
 
 
 # ----------------------------------------------------------------------------------------------
-# Pre-checks (§1.1)
+# Pre-checks (Kafka's GroupCoordinator.validateGroupStatus)
 # ----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("group_id", [None, ""])
 def test_invalid_group_id(group_id):
-    """§1.1 #1: None for every API; "" for all but OffsetCommit/OffsetFetch (accepted for compatibility)."""
+    """GroupCoordinator.isValidGroupId: None for every API; "" for all but OffsetCommit/OffsetFetch
+    (accepted for compatibility)."""
     coord = coordinator()
     errors = errors_of(all_requests(coord, group_id))
     expected = {api: Errors.INVALID_GROUP_ID for api in ("join", "sync", "heartbeat", "leave")}
     for api in ("commit", "fetch"):
         expected[api] = Errors.INVALID_GROUP_ID if group_id is None else Errors.NONE
     if group_id == "":
-        # "" hashes to partition 0 (§4.2), which is owned: commit/fetch are served.
+        # "" hashes to 0, so partitionFor gives partition 0, which is owned: commit/fetch are served.
         assert coord.log_records(0) != []
     assert errors == expected
 
 
 def test_owned_partition_serves_and_not_owned_is_not_coordinator():
-    """§1.1 #4 with the §4.2 vectors (n=2): "groupId" → 0 (owned), "otherGroup" → 1 (not owned)."""
+    """The ownership check (NOT_COORDINATOR) with two partitions: "groupId" → 0 (owned), "otherGroup" → 1
+    (not owned)."""
     coord = coordinator()
     assert coord.join_group(group_id="groupId", **JOIN_KW).result(timeout=0).error is Errors.MEMBER_ID_REQUIRED
     errors = errors_of(all_requests(coord, "otherGroup"))
@@ -98,8 +103,8 @@ def test_owned_partition_serves_and_not_owned_is_not_coordinator():
 
 
 def test_loading_partition():
-    """§1.1 #3: COORDINATOR_LOAD_IN_PROGRESS, except Heartbeat (NONE, "respond blindly") and SyncGroup
-    (REBALANCE_IN_PROGRESS)."""
+    """The loading check: COORDINATOR_LOAD_IN_PROGRESS, except Heartbeat (NONE, "respond blindly" in
+    GroupCoordinator.handleHeartbeat) and SyncGroup (REBALANCE_IN_PROGRESS, handleSyncGroup)."""
     coord = coordinator()
     coord.set_loading_for_testing(0, True)
     errors = errors_of(all_requests(coord, "groupId"))
@@ -117,7 +122,7 @@ def test_loading_partition():
 
 
 def test_invalid_group_id_precedes_loading():
-    """§1.1 order: #1 (invalid group id) before #3 (loading)."""
+    """validateGroupStatus order: the invalid group id before the loading check."""
     coord = coordinator()
     coord.set_loading_for_testing(0, True)
     assert coord.join_group(group_id="", **JOIN_KW).result(timeout=0).error is Errors.INVALID_GROUP_ID
@@ -125,8 +130,8 @@ def test_invalid_group_id_precedes_loading():
 
 
 def test_closed_coordinator_is_not_available_and_precedes_ownership():
-    """§1.1 #2: after close() every API answers COORDINATOR_NOT_AVAILABLE, even for a partition that was
-    never owned; an invalid group id is still reported first."""
+    """The active check: after close() every API answers COORDINATOR_NOT_AVAILABLE, even for a partition
+    that was never owned; an invalid group id is still reported first."""
     coord = coordinator()
     coord.close()
     for group_id in ("groupId", "otherGroup"):
@@ -143,7 +148,7 @@ def test_loading_precedes_not_owned():
 
 
 def test_session_timeout_check_follows_the_pre_checks():
-    """Appendix B order: ownership before the session timeout."""
+    """GroupCoordinator.handleJoinGroup order: validateGroupStatus (ownership) before the session timeout."""
     coord = coordinator()
     kw = dict(JOIN_KW, session_timeout_ms=1)
     assert coord.join_group(group_id="otherGroup", **kw).result(timeout=0).error is Errors.NOT_COORDINATOR
@@ -151,12 +156,13 @@ def test_session_timeout_check_follows_the_pre_checks():
 
 
 # ----------------------------------------------------------------------------------------------
-# State machine hooks (§2.1)
+# State machine hooks (Kafka's ClassicGroup.transitionTo / ClassicGroupState)
 # ----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("source,target", list(itertools.product(STATES, STATES)))
 def test_transitions(source, target):
     """ClassicGroupTest testStateTransitions / testEmptyToStableIllegalTransition / ...: the transitions
-    of §2.1 are allowed, every other one raises IllegalStateError and leaves the state alone."""
+    ClassicGroupState lists as valid are allowed, every other one raises IllegalStateError and leaves the
+    state alone."""
     ctx = Ctx()
     ctx.coord.force_group_state_for_testing(GROUP, source)
     if source in VALID_PREVIOUS[target]:
@@ -219,7 +225,7 @@ def test_real_transitions_follow_the_table():
 
 
 # ----------------------------------------------------------------------------------------------
-# Append failures on group writes (§1.1)
+# Append failures on group writes (CoordinatorOperationExceptionHelper.handleOperationException)
 # ----------------------------------------------------------------------------------------------
 GROUP_WRITE_MAPPING = [
     (Errors.NOT_ENOUGH_REPLICAS, Errors.COORDINATOR_NOT_AVAILABLE),

@@ -1,6 +1,8 @@
-"""Join completion, the initial rebalance delay, DelayedSync and liveness (reference §2.4, §2.6, §2.9,
-§2.10, §2.11), after Kafka's GroupMetadataManagerTest / GroupCoordinatorTest. Every timer is driven by
-the ManualClock: ``advance(ms)`` fires timers whose deadline is ``<= now``."""
+"""Join completion, the initial rebalance delay (KIP-134), DelayedSync (KAFKA-12890) and liveness, as
+Kafka's GroupMetadataManager (completeClassicGroupJoin, tryCompleteInitialRebalanceElseSchedule,
+expirePendingSync, expireClassicGroupMemberHeartbeat) and ClassicGroup (selectProtocol,
+maybeElectNewJoinedLeader) do them, after Kafka's GroupMetadataManagerTest / GroupCoordinatorTest. Every
+timer is driven by the ManualClock: ``advance(ms)`` fires timers whose deadline is ``<= now``."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from tests.unit.helpers import GROUP, Ctx, complete_initial_join, group_values, 
 
 @pytest.fixture(autouse=True)
 def _replay_matches_after_each_test(monkeypatch):
-    """After every scenario, replaying the log gives the live durable state (Part 3)."""
+    """After every scenario, replaying the log gives the live durable state."""
     yield from replay_matches_after_test(monkeypatch)
 
 
@@ -27,7 +29,7 @@ def members_of(ctx, group_id=GROUP):
 
 
 # ----------------------------------------------------------------------------------------------
-# Join completion (§2.4)
+# Join completion (Kafka's GroupMetadataManager.completeClassicGroupJoin)
 # ----------------------------------------------------------------------------------------------
 def test_join_completes_as_soon_as_all_known_members_rejoined():
     """testGenerationIdIncrementsOnRebalance: no timer needed once every member rejoined."""
@@ -64,7 +66,8 @@ def test_join_completes_at_the_largest_rebalance_timeout_and_removes_dynamic_lag
 
 
 def test_rebalance_timeout_includes_the_rejoining_members_new_timeout():
-    """§2.13: the group rebalance timeout is the max over members *after* the rejoin updated it."""
+    """ClassicGroup.rebalanceTimeoutMs: the group rebalance timeout is the max over members *after* the
+    rejoin updated it."""
     ctx = Ctx()
     gen, (m1, m2), _ = ctx.stable_group(2, **LONG)
     rejoin = ctx.join(member_id=m1, session_timeout_ms=60_000, rebalance_timeout_ms=30_000)
@@ -76,7 +79,7 @@ def test_rebalance_timeout_includes_the_rejoining_members_new_timeout():
 
 
 def test_leader_is_re_elected_when_it_did_not_rejoin():
-    """§2.10 (maybeElectNewJoinedLeader): the follower that rejoined becomes the leader and alone gets
+    """ClassicGroup.maybeElectNewJoinedLeader: the follower that rejoined becomes the leader and alone gets
     the member list."""
     ctx = Ctx()
     gen, (m1, m2), leader = ctx.stable_group(2, **LONG)
@@ -89,8 +92,8 @@ def test_leader_is_re_elected_when_it_did_not_rejoin():
 
 
 def test_protocol_vote_picks_the_most_voted_common_protocol():
-    """§2.9: each member votes for its first protocol supported by all; non-common protocols are not
-    candidates. The leader's member list carries each member's metadata for the winner."""
+    """ClassicGroup.selectProtocol: each member votes for its first protocol supported by all; non-common
+    protocols are not candidates. The leader's member list carries each member's metadata for the winner."""
     ctx = Ctx()
     f1 = ctx.join_new_dynamic(protocols=(("range", b"r1"), ("roundrobin", b"rr1")))
     f2 = ctx.join_new_dynamic(protocols=(("roundrobin", b"rr2"), ("range", b"r2")))
@@ -102,7 +105,7 @@ def test_protocol_vote_picks_the_most_voted_common_protocol():
 
 
 def test_protocol_vote_ignores_a_preference_not_shared_by_everyone():
-    """§2.9: a protocol not supported by every member is not a candidate."""
+    """ClassicGroup.selectProtocol: a protocol not supported by every member is not a candidate."""
     ctx = Ctx()
     f1 = ctx.join_new_dynamic(protocols=(("sticky", b""), ("range", b"")))
     f2 = ctx.join_new_dynamic(protocols=(("sticky", b""), ("range", b"")))
@@ -112,7 +115,8 @@ def test_protocol_vote_ignores_a_preference_not_shared_by_everyone():
 
 
 def test_only_the_leader_gets_the_member_list():
-    """§2.4 / §2.10: only the leader's JoinGroup response carries the members (with instance ids)."""
+    """completeClassicGroupJoin: only the leader's JoinGroup response carries the members (with instance
+    ids)."""
     ctx = Ctx()
     fs = [ctx.join_new_dynamic(), ctx.join(group_instance_id="static-b")]
     r1, r2 = complete_initial_join(ctx, fs)
@@ -123,7 +127,7 @@ def test_only_the_leader_gets_the_member_list():
 
 
 def test_last_member_leaving_empties_the_group_and_persists_it():
-    """testCompleteJoinPhaseInEmptyStateSkipsRebalance / §2.2 PreparingRebalance → Empty: join completion
+    """testCompleteJoinPhaseInEmptyStateSkipsRebalance / PreparingRebalance → Empty: join completion
     with zero members bumps the generation and writes a GroupMetadata without members or protocol."""
     ctx = Ctx()
     gen, (m1,), _ = ctx.stable_group(1)
@@ -136,7 +140,8 @@ def test_last_member_leaving_empties_the_group_and_persists_it():
 
 
 def test_last_member_expiring_empties_the_group_and_persists_it():
-    """§2.6 + §2.4: the last member's session expiry completes a join with no member (Empty, persisted)."""
+    """expireClassicGroupMemberHeartbeat + completeClassicGroupJoin: the last member's session expiry
+    completes a join with no member (Empty, persisted)."""
     ctx = Ctx()
     gen, (m1,), _ = ctx.stable_group(1)
     ctx.clock.advance(10_000)
@@ -147,7 +152,7 @@ def test_last_member_expiring_empties_the_group_and_persists_it():
 
 
 # ----------------------------------------------------------------------------------------------
-# DelayedSync (§2.4, KAFKA-12890)
+# DelayedSync (Kafka's GroupMetadataManager.schedulePendingSync / expirePendingSync, KAFKA-12890)
 # ----------------------------------------------------------------------------------------------
 def _completing_group(ctx, n=3, **kw):
     futures = [ctx.join_new_dynamic(**kw) for _ in range(n)]
@@ -216,14 +221,14 @@ def test_rebalance_does_not_time_out_when_all_syncs_are_received():
 
 
 # ----------------------------------------------------------------------------------------------
-# group.initial.rebalance.delay.ms (§2.11), D = 3000
+# group.initial.rebalance.delay.ms (KIP-134; tryCompleteInitialRebalanceElseSchedule), D = 3000
 # ----------------------------------------------------------------------------------------------
 def _delay_ctx():
     return Ctx(config={"group.initial.rebalance.delay.ms": 3_000})
 
 
 def test_initial_delay_row1_single_member_waits_the_full_delay():
-    """§2.11 row 1 / testDelayInitialRebalanceByGroupInitialRebalanceDelayOnEmptyGroup: R=500 < D; the
+    """testDelayInitialRebalanceByGroupInitialRebalanceDelayOnEmptyGroup: R=500 < D; the
     delayed join never completes early although everybody has joined; it completes at D (remaining 0)."""
     ctx = _delay_ctx()
     f = ctx.join_new_dynamic(rebalance_timeout_ms=500)
@@ -235,7 +240,7 @@ def test_initial_delay_row1_single_member_waits_the_full_delay():
 
 
 def test_initial_delay_row2_new_member_extends_by_another_delay():
-    """§2.11 row 2 / testResetRebalanceDelayWhenNewMemberJoinsGroupDuringInitialRebalance: R=9000, m2 at
+    """testResetRebalanceDelayWhenNewMemberJoinsGroupDuringInitialRebalance: R=9000, m2 at
     2999 → at 3000 the delay is re-armed (3000, remaining 3000) → completes at 6000."""
     ctx = _delay_ctx()
     f1 = ctx.join_new_dynamic(rebalance_timeout_ms=9_000)
@@ -251,8 +256,8 @@ def test_initial_delay_row2_new_member_extends_by_another_delay():
 
 
 def test_initial_delay_row3_no_remaining_budget_ignores_a_late_member():
-    """§2.11 row 3: R=6000, m1 and m2 at 0, m3 at 3001: the re-armed delay has remaining 0, so the join
-    completes at 6000 even though m3 was added after the re-arm (m3 is part of the generation)."""
+    """No remaining budget: R=6000, m1 and m2 at 0, m3 at 3001: the re-armed delay has remaining 0, so the
+    join completes at 6000 even though m3 was added after the re-arm (m3 is part of the generation)."""
     ctx = _delay_ctx()
     f1 = ctx.join_new_dynamic(rebalance_timeout_ms=6_000)
     f2 = ctx.join_new_dynamic(rebalance_timeout_ms=6_000)
@@ -270,7 +275,7 @@ def test_initial_delay_row3_no_remaining_budget_ignores_a_late_member():
 
 
 def test_initial_delay_rearm_counts_from_when_the_timer_fired():
-    """§2.11 mock-clock variant (testDelayRebalanceUptoRebalanceTimeout style): the clock jumps to 3001,
+    """Mock-clock variant (testDelayRebalanceUptoRebalanceTimeout style): the clock jumps to 3001,
     the timer fires there and re-arms from 3001, so completion is observed at 6001, not 6000."""
     ctx = _delay_ctx()
     f1 = ctx.join_new_dynamic(rebalance_timeout_ms=9_000)
@@ -305,8 +310,9 @@ def test_initial_delay_never_exceeds_the_rebalance_timeout():
 
 
 def test_initial_delay_applies_to_any_rebalance_starting_from_empty():
-    """Appendix A (new coordinator): newMemberAdded extends every rebalance that started from Empty, not
-    only generation 0's, so a group that emptied at generation 2 gets the same delay and extension."""
+    """Kafka's new coordinator (addMemberThenRebalanceOrCompleteJoin): newMemberAdded extends every
+    rebalance that started from Empty, not only generation 0's as in the Scala coordinator, so a group that
+    emptied at generation 2 gets the same delay and extension."""
     ctx = Ctx(config={"group.initial.rebalance.delay.ms": 3_000})
     f = ctx.join_new_dynamic(rebalance_timeout_ms=9_000)
     ctx.clock.advance(3_000)
@@ -325,7 +331,7 @@ def test_initial_delay_applies_to_any_rebalance_starting_from_empty():
 
 
 # ----------------------------------------------------------------------------------------------
-# Liveness (§2.6)
+# Liveness (Kafka's rescheduleClassicGroupMemberHeartbeat / expireClassicGroupMemberHeartbeat)
 # ----------------------------------------------------------------------------------------------
 def test_session_expiry_removes_the_member_and_rebalances():
     """testHeartbeatExpirationShouldRemoveMember / testSessionTimeoutExpiration."""
@@ -392,8 +398,9 @@ def test_old_member_parked_in_join_cannot_expire():
 
 
 def test_old_member_parked_in_sync_cannot_expire_and_gets_a_fresh_session_after():
-    """§2.6 + propagateAssignment: a follower parked in SyncGroup survives its session timeout; once the
-    assignment is propagated its session timer is re-armed from then."""
+    """ClassicGroupMember.hasSatisfiedHeartbeat + propagateAssignment: a follower parked in SyncGroup
+    survives its session timeout; once the assignment is propagated its session timer is re-armed from
+    then."""
     ctx = Ctx()
     kw = dict(session_timeout_ms=10_000, rebalance_timeout_ms=60_000)
     gen, (m1, m2) = _completing_group(ctx, n=2, **kw)
@@ -412,7 +419,8 @@ def test_old_member_parked_in_sync_cannot_expire_and_gets_a_fresh_session_after(
 
 
 def test_commit_in_stable_resets_the_session_timer():
-    """§2.6: an OffsetCommit from a member of a Stable group counts as a heartbeat."""
+    """OffsetMetadataManager.commitOffset: an OffsetCommit from a member of a Stable group counts as a
+    heartbeat."""
     ctx = Ctx()
     gen, (m1,), _ = ctx.stable_group(1)
     ctx.clock.advance(9_000)
@@ -425,8 +433,8 @@ def test_commit_in_stable_resets_the_session_timer():
 
 
 def test_commit_in_preparing_rebalance_resets_the_session_timer():
-    """§2.6: commits for the previous generation are accepted while PreparingRebalance and reset the
-    session timer of a member that has not rejoined yet."""
+    """OffsetMetadataManager.commitOffset: commits for the previous generation are accepted while
+    PreparingRebalance and reset the session timer of a member that has not rejoined yet."""
     ctx = Ctx()
     kw = dict(session_timeout_ms=10_000, rebalance_timeout_ms=60_000)
     gen, (m1, m2), _ = ctx.stable_group(2, **kw)

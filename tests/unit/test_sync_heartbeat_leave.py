@@ -1,5 +1,6 @@
-"""SyncGroup (reference §2.5), Heartbeat errors per state (§1.2, §2.1) and LeaveGroup (§1.2), after
-Kafka's GroupMetadataManagerTest (testSyncGroup*, testHeartbeat*, testLeaveGroup*, testStaticMembers*Leave*)."""
+"""SyncGroup (Kafka's GroupMetadataManager.classicGroupSync), Heartbeat errors per state
+(classicGroupHeartbeat) and LeaveGroup (classicGroupLeave), after Kafka's GroupMetadataManagerTest
+(testSyncGroup*, testHeartbeat*, testLeaveGroup*, testStaticMembers*Leave*)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from tests.unit.helpers import (
 
 @pytest.fixture(autouse=True)
 def _replay_matches_after_each_test(monkeypatch):
-    """After every scenario, replaying the log gives the live durable state (Part 3)."""
+    """After every scenario, replaying the log gives the live durable state."""
     yield from replay_matches_after_test(monkeypatch)
 
 
@@ -36,7 +37,7 @@ def completing_group(ctx, n=2, **kw):
 
 
 # ----------------------------------------------------------------------------------------------
-# SyncGroup validation and order (§2.5)
+# SyncGroup validation and order (Kafka's GroupMetadataManager.validateSyncGroup)
 # ----------------------------------------------------------------------------------------------
 def test_sync_unknown_group():
     """testSyncGroupFromUnknownGroup."""
@@ -64,7 +65,7 @@ def test_sync_illegal_generation():
 
 
 def test_sync_dead_group_comes_first():
-    """§2.5 validation order: Dead before the member check (COORDINATOR_NOT_AVAILABLE)."""
+    """validateSyncGroup order: Dead before the member check (COORDINATOR_NOT_AVAILABLE)."""
     ctx = Ctx()
     gen, (m1,), _ = ctx.stable_group(1)
     ctx.coord.force_group_state_for_testing(GROUP, "Dead")
@@ -105,7 +106,7 @@ def test_sync_protocol_type_and_name_checks(protocol_type, protocol_name, error)
 
 
 def test_sync_empty_group_is_unknown_member():
-    """§2.5: Empty ⇒ UNKNOWN_MEMBER_ID (members kept by the forced state, so only the state decides).
+    """Empty ⇒ UNKNOWN_MEMBER_ID (members kept by the forced state, so only the state decides).
     Kafka's new coordinator checks Empty first (classicGroupSync: ``group.isEmpty()``), before the
     generation and protocol checks."""
     ctx = Ctx()
@@ -128,7 +129,7 @@ def test_sync_in_preparing_rebalance():
 
 
 # ----------------------------------------------------------------------------------------------
-# SyncGroup in CompletingRebalance and Stable (§2.5)
+# SyncGroup in CompletingRebalance and Stable (Kafka's classicGroupSyncToClassicGroup)
 # ----------------------------------------------------------------------------------------------
 def test_followers_parked_until_the_leader_syncs():
     """testSyncGroupLeaderAfterFollower: followers wait; the leader's assignment reaches everyone."""
@@ -154,7 +155,8 @@ def test_follower_syncing_after_the_leader_is_answered_at_once():
 
 
 def test_group_metadata_is_in_the_log_before_anyone_is_answered():
-    """§2.5: the assignment is persisted (GroupMetadata record) before any parked sync is answered."""
+    """classicGroupSyncToClassicGroup: the assignment is persisted (GroupMetadata record) before any parked
+    sync is answered."""
     ctx = Ctx()
     gen, (m1, m2) = completing_group(ctx)
     seen = {}
@@ -170,7 +172,7 @@ def test_group_metadata_is_in_the_log_before_anyone_is_answered():
 
 
 def test_members_missing_from_the_leaders_assignment_get_empty_bytes():
-    """testSyncGroupEmptyAssignment / §2.5: missing members get b"" (record and response)."""
+    """testSyncGroupEmptyAssignment: missing members get b"" (record and response)."""
     ctx = Ctx()
     gen, (m1, m2) = completing_group(ctx)
     s2 = ctx.sync(m2, gen)
@@ -182,7 +184,8 @@ def test_members_missing_from_the_leaders_assignment_get_empty_bytes():
 
 
 def test_assignment_for_unknown_member_ids_is_ignored():
-    """§2.5: only current members are persisted; the leader's extra entries are dropped."""
+    """classicGroupSyncToClassicGroup: only current members are persisted; the leader's extra entries are
+    dropped."""
     ctx = Ctx()
     gen, (m1, m2) = completing_group(ctx)
     ctx.sync(m1, gen, {m1: b"one", m2: b"two", "ghost": b"boo"}).result(timeout=0)
@@ -190,7 +193,7 @@ def test_assignment_for_unknown_member_ids_is_ignored():
 
 
 def test_sync_in_stable_returns_the_stored_assignment():
-    """§2.5 Stable: the stored assignment, at once, nothing written."""
+    """classicGroupSyncToClassicGroup in Stable: the stored assignment, at once, nothing written."""
     ctx = Ctx()
     gen, (m1, m2), _ = ctx.stable_group(2)
     records = ctx.records()
@@ -231,7 +234,7 @@ def test_rejoin_during_completing_rebalance_cancels_parked_syncs():
 
 
 # ----------------------------------------------------------------------------------------------
-# Heartbeat errors per state (§1.2, §2.1)
+# Heartbeat errors per state (Kafka's GroupMetadataManager.classicGroupHeartbeat)
 # ----------------------------------------------------------------------------------------------
 def test_heartbeat_unknown_group():
     """testHeartbeatUnknownGroup."""
@@ -300,7 +303,7 @@ def test_heartbeat_fenced_static_member():
 
 
 def test_heartbeat_with_wrong_generation_does_not_keep_a_member_alive():
-    """§2.6: a rejected heartbeat (ILLEGAL_GENERATION) does not reset the session timer."""
+    """classicGroupHeartbeat: a rejected heartbeat (ILLEGAL_GENERATION) does not reset the session timer."""
     ctx = Ctx()
     gen, (m1,), _ = ctx.stable_group(1)
     ctx.clock.advance(9_000)
@@ -310,7 +313,7 @@ def test_heartbeat_with_wrong_generation_does_not_keep_a_member_alive():
 
 
 # ----------------------------------------------------------------------------------------------
-# LeaveGroup (§1.2)
+# LeaveGroup (Kafka's GroupMetadataManager.classicGroupLeave)
 # ----------------------------------------------------------------------------------------------
 def test_leave_unknown_group():
     """testLeaveGroupUnknownGroup / testStaticMembersLeaveUnknownGroup: top level NONE, every member
@@ -360,8 +363,8 @@ def test_valid_leave_triggers_a_rebalance():
 
 
 def test_leave_answers_the_leavers_parked_join():
-    """§2.6 removal: a member leaving while parked in JoinGroup gets UNKNOWN_MEMBER_ID there, and the
-    remaining members' join completes."""
+    """removeCurrentMemberFromClassicGroup: a member leaving while parked in JoinGroup gets
+    UNKNOWN_MEMBER_ID there, and the remaining members' join completes."""
     ctx = Ctx()
     gen, (m1, m2, m3), _ = ctx.stable_group(3)
     f1, f2 = ctx.join(member_id=m1), ctx.join(member_id=m2)
@@ -436,7 +439,8 @@ def test_pending_member_leaving_unblocks_the_join():
 
 
 def test_leave_of_everyone_writes_an_empty_group():
-    """testValidLeaveGroup (batch) + §2.2: everybody leaves, the group is Empty and persisted so."""
+    """testValidLeaveGroup (batch) + PreparingRebalance → Empty: everybody leaves, the group is Empty and
+    persisted so."""
     ctx = Ctx()
     gen, (m1, m2), _ = ctx.stable_group(2)
     r = ctx.leave([(m1, None), (m2, None)])
