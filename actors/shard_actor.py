@@ -28,16 +28,16 @@ from typing import Any
 
 from actors.log_server import ray_node_id
 from actors.metadata import read_topics
-from actors.replication import MAINTENANCE_INTERVAL_S, Deposed, LeaderReplication
+from actors.partition_writer import AppendFailed, LocalWriter, PartitionWriter, ReplicatedWriter
+from actors.replication import MAINTENANCE_INTERVAL_S, LeaderReplication
 from actors.timers import AsyncioTimers, WallClock
 from coordinator.api import dispatch, error_response
 from coordinator.config import CoordinatorConfig
-from coordinator.errors import AppendError, Errors, map_append_error
+from coordinator.errors import Errors, map_append_error
 from coordinator.messages import OffsetCommitRequest, OffsetCommitResponse
 from coordinator.runtime import CoordinatorRuntime, PartitionState
-from offsets_log import Batch, LogLockedError, open_log, replay
+from offsets_log import LogLockedError, open_log, replay
 from offsets_log.batch import records_below
-from offsets_log.leader import append_as_leader
 
 log = logging.getLogger(__name__)
 LOCK_WAIT_S = 30.0
@@ -90,7 +90,7 @@ class CoordinatorShard:
         # Replicated deployments: the controller names the leader and the ISR (None: a single copy).
         self._controller_name = controller_name
         self._node = node  # the stable name of the node this shard runs on (replicated deployments)
-        self._replication: LeaderReplication | None = None
+        self._writer: PartitionWriter = LocalWriter()  # replaced by a ReplicatedWriter at load
 
     # ------------------------------------------------------------------------------------------
     # Loading
@@ -131,22 +131,16 @@ class CoordinatorShard:
                 import ray
 
                 controller = ray.get_actor(self._controller_name, namespace=self._namespace)
-                self._replication = LeaderReplication(
+                self._writer = ReplicatedWriter(LeaderReplication(
                     self.partition, self._node, controller, self._log_server,
                     self.config.min_insync_replicas, self.config.replica_lag_time_max_ms, ray_node_id(),
-                )
-                # The controller fences the followers at a fresh epoch before this instance serves.
-                ctx.epoch = await self._replication.start()
+                ))
+            ctx.epoch = await self._writer.start(ctx.epoch)
             plog = await loop.run_in_executor(self._io, self._open_log)
-            if self._replication is None:
-                # Serve with an epoch above every epoch this log has seen, so an older writer is fenced.
-                ctx.epoch = max(ctx.epoch, plog.latest_epoch + 1)
-            elif plog.latest_epoch > ctx.epoch:
-                raise RuntimeError(f"local replica has epoch {plog.latest_epoch} above the granted {ctx.epoch}")
+            ctx.epoch = self._writer.opened(plog)
             ctx.log = plog
             self._load_summary = await loop.run_in_executor(self._io, replay, plog, ctx.shard.state)
-            if self._replication is not None:
-                await self._replication.reconcile_isr(plog, self._run_io)
+            await self._writer.loaded(plog, self._run_io)
             if self._namespace is not None:
                 # Topic metadata lives in the GCS; a restarted instance must not forget it.
                 self._topics = await loop.run_in_executor(self._io, read_topics, self._namespace)
@@ -165,11 +159,7 @@ class CoordinatorShard:
     def _on_pending(self, ctx) -> None:
         self._wakeup.set()
 
-    def _append_sync(self, records: list) -> None:
-        append_as_leader(self._ctx.log, records, self._ctx.epoch, int(time.time() * 1000))
-
     async def _flush_loop(self) -> None:
-        loop = asyncio.get_running_loop()
         ctx = self._ctx
         while True:
             await self._wakeup.wait()
@@ -180,18 +170,15 @@ class CoordinatorShard:
                     break
                 records, ops = sealed
                 error = Errors.NONE
-                if records and self._replication is not None:
-                    error = await self._append_replicated(records)
-                elif records:
+                if records:
                     try:
-                        await loop.run_in_executor(self._io, self._append_sync, records)
-                    except AppendError as e:
+                        await self._writer.append(ctx.log, records, self._run_io)
+                    except AppendFailed as e:
                         error = map_append_error(e.error)
-                        if e.error is Errors.NOT_LEADER_OR_FOLLOWER:
-                            ctx.state = PartitionState.FAILED  # fenced: never serve again
-                    except Exception as e:  # noqa: BLE001 - any other failure must not ack the batch
-                        log.exception("append failed on shard %d", self.partition)
-                        error = Errors.UNKNOWN_SERVER_ERROR if not isinstance(e, OSError) else Errors.NOT_COORDINATOR
+                        if e.step_down:
+                            self._step_down(str(e))
+                    finally:
+                        ctx.epoch = self._writer.epoch
                 if error is Errors.NONE:
                     self._stats["batches"] += 1
                     self._stats["records"] += len(records)
@@ -213,32 +200,6 @@ class CoordinatorShard:
     async def _run_io(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._io, fn, *args)
 
-    async def _append_replicated(self, records: list) -> Errors:
-        ctx = self._ctx
-
-        def batch_for(epoch: int) -> Batch:
-            return Batch(ctx.log.log_end_offset, epoch, int(time.time() * 1000), tuple(records))
-
-        async def append_local(batch: Batch) -> None:
-            await self._run_io(ctx.log.append, batch, batch.leader_epoch)
-
-        async def truncate_local(offset: int) -> None:
-            await self._run_io(ctx.log.truncate_to, offset)
-
-        try:
-            error = await self._replication.replicate(append_local, truncate_local, batch_for)
-            ctx.epoch = self._replication.epoch  # renewed after a batch that had to be truncated
-        except Deposed as e:
-            self._step_down(str(e))
-            return Errors.NOT_COORDINATOR
-        except Exception as e:  # noqa: BLE001 - the local log may now hold a batch we never acked
-            # Whatever went wrong, this instance can no longer vouch for its log: it stops serving and the
-            # controller, whose pings now see FAILED, moves the partition to a replica that can.
-            log.exception("append failed on shard %d", self.partition)
-            self._step_down(f"append failed: {type(e).__name__}: {e}")
-            return Errors.NOT_COORDINATOR
-        return map_append_error(error) if error is not Errors.NONE else error
-
     def _step_down(self, reason: str) -> None:
         if self._ctx.state is not PartitionState.FAILED:
             log.warning("shard %d steps down: %s", self.partition, reason)
@@ -249,13 +210,13 @@ class CoordinatorShard:
 
     async def _maintenance_loop(self) -> None:
         await self._loaded
-        while self._ctx.state is not PartitionState.FAILED and self._replication is not None:
+        while self._ctx.state is not PartitionState.FAILED:
             await asyncio.sleep(MAINTENANCE_INTERVAL_S)
             if self._ctx.state is not PartitionState.ACTIVE:
                 continue
             try:
-                await self._replication.maintain(self._ctx.log, self._run_io)
-            except Deposed as e:
+                await self._writer.maintain(self._ctx.log, self._run_io)
+            except AppendFailed as e:
                 self._step_down(str(e))
             except Exception:  # noqa: BLE001 - try again next round
                 log.exception("replica maintenance failed on shard %d", self.partition)
@@ -271,9 +232,7 @@ class CoordinatorShard:
         """Answer one request of the group API (a validated request object of ``coordinator``)."""
         self._ensure_started()
         active = self._ctx.state is PartitionState.ACTIVE
-        if active and self._replication is not None and not self._replication.lease_valid():
-            # Leadership not confirmed lately (e.g. this process was paused): answer nothing from our
-            # state until the maintenance loop confirms it, or steps down.
+        if active and not self._writer.may_serve():
             return error_response(request, Errors.NOT_COORDINATOR)
         if type(request) is OffsetCommitRequest and active:
             return await self._commit_known_topics(request)
@@ -333,7 +292,7 @@ class CoordinatorShard:
             "pid": os.getpid(),
             "node": self._node,
             "ray_node_id": ray_node_id(),
-            "isr": None if self._replication is None else sorted(self._replication.isr),
+            "isr": sorted(self._writer.replication.isr) if self._writer.replicated else None,
             "namespace": self._namespace,
             "topics": len(self._topics),
             **self._stats,
