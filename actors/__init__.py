@@ -1,0 +1,7 @@
+"""The coordinator on Ray: the shard actor (``shard_actor.CoordinatorShard``), the per-node ``LogServer``
+holding follower replicas, the consumer's member state machine, and ``factory`` (every Ray option).
+
+A shard makes each batch durable through one ``partition_writer.PartitionWriter`` -- local (append +
+fsync) or replicated (acks=all to the ISR, ``replication.LeaderReplication``) -- and one table maps every
+append failure to Kafka's error.
+"""

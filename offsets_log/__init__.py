@@ -1,7 +1,8 @@
 """The offsets log: record codec, segment files, the local log, loader, reference compactor, segment store.
 
-``open_log(directory)`` is the entry point; ``replay(log, state)`` loads a partition; the segment store
-lives in ``offsets_log.store`` (it imports pyarrow).
+``open_log(directory)`` is the entry point; ``replay(log, state)`` loads a partition; the loader and the
+compactor follow ``coordinator.replay_rules``; the segment store lives in ``offsets_log.store`` (it
+imports pyarrow).
 """
 
 from offsets_log.batch import Batch
