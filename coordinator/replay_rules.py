@@ -27,7 +27,6 @@ the group, and the group's metadata tombstone when earlier offset values would o
 
 from __future__ import annotations
 
-from itertools import repeat
 from typing import TYPE_CHECKING
 
 from coordinator.records import (
@@ -102,40 +101,72 @@ def undo(state: DurableState, token: tuple) -> None:
 
 class GroupPresence:
     """Follows, in log order, what decides a group's presence beyond last-write-wins (rule 1's "if missing
-    at that moment" against rule 4): per group, the position of its last offset value and of its last
-    metadata tombstone. Positions are any numbers that grow in log order (offsets, or a record count)."""
+    at that moment" against rule 4). Positions are any numbers that grow in log order (offsets, or a
+    record count).
 
-    __slots__ = ("commit_value_at", "metadata_tombstone_at")
+    Per group with a metadata tombstone, the position of that tombstone and of the last offset value;
+    for a group without one, only whether it had an offset value (``simple``): its position cannot matter,
+    as no tombstone follows it yet, and a later tombstone forgets it.
+
+    ``observe`` is exact for any record. A loader that skips decoding the keys of batches without
+    tombstones calls ``observe_values`` for them instead, and then owes two things for the groups that
+    have no metadata tombstone at that point: ``value_deleted`` when a later offset tombstone deletes an
+    existing value, and ``values_survive`` at the end for the groups whose offsets survived."""
+
+    __slots__ = ("commit_value_at", "metadata_tombstone_at", "simple")
 
     def __init__(self) -> None:
-        self.commit_value_at: dict[str, int] = {}
+        self.commit_value_at: dict[str, int] = {}  # only for groups with a metadata tombstone
         self.metadata_tombstone_at: dict[str, int] = {}
+        self.simple: set[str] = set()  # groups without a metadata tombstone that had an offset value
 
     def observe(self, type_id: int, group: str, is_tombstone: bool, position: int) -> None:
         if type_id == OFFSET_COMMIT_KEY_TYPE:
             if not is_tombstone:
-                self.commit_value_at[group] = position
+                if group in self.metadata_tombstone_at:
+                    self.commit_value_at[group] = position
+                else:
+                    self.simple.add(group)
         elif type_id == GROUP_METADATA_KEY_TYPE:
             if is_tombstone:
                 self.metadata_tombstone_at[group] = position
+                self.simple.discard(group)
         else:
             raise ValueError(f"unknown record type {type_id}")
 
     def observe_values(self, groups, position: int) -> None:
-        """A run of records without tombstones, all at ``position``, touching ``groups``. Counting each of
-        them as an offset value is exact for presence: a metadata value decides presence by itself unless
-        a later metadata tombstone comes, and that tombstone's later position overrides this one."""
-        self.commit_value_at.update(zip(groups, repeat(position)))
+        """A run of records without tombstones at ``position`` touching ``groups``. Counting each of them as
+        an offset value is exact where a metadata tombstone came before (a metadata value decides presence
+        by itself unless a later tombstone comes, whose later position overrides this one); the other
+        groups are the caller's to report (see the class docstring)."""
+        tombstone_at = self.metadata_tombstone_at
+        if tombstone_at:
+            commit_value_at = self.commit_value_at
+            for g in groups:
+                if g in tombstone_at:
+                    commit_value_at[g] = position
+
+    def value_deleted(self, group: str) -> None:
+        """An offset tombstone deletes an offset value of ``group`` that a skipped batch may have written."""
+        if group not in self.metadata_tombstone_at:
+            self.simple.add(group)
+
+    def values_survive(self, groups) -> None:
+        """After the log: ``groups`` have offsets left (values a skipped batch may have written)."""
+        tombstone_at = self.metadata_tombstone_at
+        self.simple.update(g for g in groups if g not in tombstone_at)
 
     def created_by_commits(self, group: str) -> bool:
         """After the log: whether ``group`` is present as a simple group, should its last metadata record
         not be a value."""
+        if group in self.simple:
+            return True
         return self.commit_value_at.get(group, -1) > self.metadata_tombstone_at.get(group, -1)
 
     def simple_groups(self):
         """The groups present as simple groups unless their last metadata record is a value."""
         tombstone_at = self.metadata_tombstone_at
-        return [g for g, at in self.commit_value_at.items() if at > tombstone_at.get(g, -1)]
+        return [*self.simple, *(g for g, at in self.commit_value_at.items() if at > tombstone_at.get(g, -1))]
 
 
 def presence_needs(presence: GroupPresence, group: str, metadata_is_value: bool,

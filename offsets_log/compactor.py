@@ -78,7 +78,7 @@ def _select(sources: list[_SourceBatch], delete_retention_ms: int, now_ms: int, 
     group_of: dict[bytes, tuple[int, str]] = {}  # key -> (record type, group)
     last_pos: dict[bytes, int] = {}
     last_tomb_ts: dict[bytes, int] = {}  # key -> batch timestamp of its last record, if it is a tombstone
-    creator_key: dict[str, bytes] = {}  # group -> key of its last offset value
+    creator: dict[str, tuple[int, bytes]] = {}  # group -> (offset, key) of its last offset value
     presence = GroupPresence()
     for src in sources:
         for offset, kb, rv in src.records:
@@ -96,7 +96,7 @@ def _select(sources: list[_SourceBatch], delete_retention_ms: int, now_ms: int, 
             else:
                 last_tomb_ts.pop(kb, None)
                 if meta[0] == OFFSET_COMMIT_KEY_TYPE:
-                    creator_key[meta[1]] = kb
+                    creator[meta[1]] = (offset, kb)
     keep: set[int] = set()
     surviving_value_at: dict[str, int] = {}  # group -> its last offset value that is its key's last record
     metadata_is_value: set[str] = set()
@@ -116,8 +116,9 @@ def _select(sources: list[_SourceBatch], delete_retention_ms: int, now_ms: int, 
         keep_creator, keep_tombstone = presence_needs(presence, group, group in metadata_is_value,
                                                       surviving_value_at.get(group, -1))
         if keep_creator:
-            keep.add(presence.commit_value_at[group])
-            keep.add(last_pos[creator_key[group]])
+            at, kb = creator[group]
+            keep.add(at)
+            keep.add(last_pos[kb])
         if keep_tombstone:
             keep.add(presence.metadata_tombstone_at[group])
     stats.tombstones_dropped = sum(1 for kb in last_tomb_ts if last_pos[kb] not in keep)

@@ -130,6 +130,8 @@ def _replay_batch_in_order(flat: tuple, last: dict, presence: GroupPresence, pos
         kb = flat[i]
         value = flat[i + 1]
         fields = decode_key_fields(kb)
+        if value is None and fields[0] == OFFSET_COMMIT_KEY_TYPE and last.get(kb) is not None:
+            presence.value_deleted(fields[1])
         observe(fields[0], fields[1], value is None, position + i // 2)
         last[kb] = value
 
@@ -162,6 +164,7 @@ def _install(last: dict, presence: GroupPresence, state: DurableState) -> None:
             groups[fields[1]] = decode_group_metadata_value(value)
         else:
             raise RecordFormatError(f"unknown record type {type_id}")
+    presence.values_survive(offsets)
     for group in presence.simple_groups():
         if group not in groups:
             groups[group] = None

@@ -41,23 +41,32 @@ def test_presence_predicts_the_groups_replay_leaves(history):
 
 
 @given(history=any_history)
-def test_a_tombstone_free_run_counted_as_values_predicts_the_same(history):
-    """``observe_values`` (the loader's shortcut for batches without tombstones) agrees with observing each
-    record of those batches."""
-    exact, shortcut = GroupPresence(), GroupPresence()
+def test_the_loaders_shortcut_predicts_the_same(history):
+    """The fast loader's protocol: batches without tombstones through ``observe_values`` (keys not
+    decoded), the others record by record with ``value_deleted`` for deleted values, and
+    ``values_survive`` at the end."""
+    state = DurableState()
+    presence = GroupPresence()
+    last: dict = {}
     position = 0
     for batch in history:
+        for key, value in batch:
+            state.replay(key, value)
         if all(value is not None for _, value in batch):
-            shortcut.observe_values([key.group for key, _ in batch], position)
-        for i, (key, value) in enumerate(batch):
-            exact.observe(_type_id(key), key.group, value is None, position + i)
-            if any(v is None for _, v in batch):
-                shortcut.observe(_type_id(key), key.group, value is None, position + i)
+            presence.observe_values({key.group for key, _ in batch}, position)
+        else:
+            for i, (key, value) in enumerate(batch):
+                if value is None and type(key) is OffsetCommitKey and last.get(key) is not None:
+                    presence.value_deleted(key.group)
+                presence.observe(_type_id(key), key.group, value is None, position + i)
+        for key, value in batch:
+            last[key] = value
         position += len(batch)
-    metadata_values = {key.group for batch in history for key, value in batch if type(key) is GroupMetadataKey}
-    everything = {key.group for batch in history for key, _ in batch}
-    for g in everything - metadata_values:  # groups whose presence the metadata cannot decide
-        assert exact.created_by_commits(g) == shortcut.created_by_commits(g), g
+    presence.values_survive({key.group for key, value in last.items() if type(key) is OffsetCommitKey and value})
+    predicted = {key.group: value for key, value in last.items() if type(key) is GroupMetadataKey and value}
+    for g in presence.simple_groups():
+        predicted.setdefault(g, None)
+    assert predicted == state.groups
 
 
 def test_unknown_record_type_names_it():
