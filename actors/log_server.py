@@ -1,5 +1,5 @@
 """``LogServer``: one actor per coordinator node, hosting that node's follower replicas of the offsets
-logs and the node's record of every partition it replicates (a plain class; ``actors.factory`` makes it
+logs and the node's record of every partition it replicates (a plain class; ``raygroups.ray_seam`` makes it
 a Ray actor placed on its node by the node's stable name).
 
 Guarantees: an append is accepted only from a leader epoch at least as new as every epoch this replica
@@ -47,10 +47,6 @@ def ray_node_id() -> str | None:
         return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
     except Exception:  # noqa: BLE001 - outside a Ray worker there is none
         return None
-
-
-def log_server_name(node: str) -> str:
-    return f"raygroups-logserver-{node}"
 
 
 class LogServer:

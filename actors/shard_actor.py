@@ -1,5 +1,5 @@
 """``CoordinatorShard``: one ``__consumer_offsets`` partition as an asyncio Ray actor (a plain class here;
-``actors.factory`` applies the Ray options).
+``raygroups.ray_seam`` applies the Ray options).
 
 Write path (DESIGN.md): a request runs the pure core at once (records replayed speculatively) and joins
 the open batch; one batch is appended at a time on an I/O thread (fsync off the event loop) while the
@@ -27,7 +27,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from actors.log_server import ray_node_id
-from actors.metadata import read_topics
 from actors.partition_writer import AppendFailed, LocalWriter, PartitionWriter, ReplicatedWriter
 from actors.replication import MAINTENANCE_INTERVAL_S, LeaderReplication
 from actors.timers import AsyncioTimers, WallClock
@@ -41,10 +40,6 @@ from offsets_log.batch import records_below
 
 log = logging.getLogger(__name__)
 LOCK_WAIT_S = 30.0
-
-
-def shard_name(partition: int) -> str:
-    return f"raygroups-shard-{partition}"
 
 
 def partition_dir(data_dir: str, partition: int) -> str:
@@ -64,8 +59,8 @@ class CoordinatorShard:
         data_dir: str,
         leader_epoch: int = 0,
         topics: dict[str, int] | None = None,
-        namespace: str | None = None,
-        controller_name: str | None = None,
+        directory: Any = None,
+        replicated: bool = False,
         node: str | None = None,
     ) -> None:
         self.partition = partition
@@ -73,8 +68,9 @@ class CoordinatorShard:
         self.data_dir = data_dir
         self._epoch = leader_epoch
         self._topics: dict[str, int] = dict(topics or {})
-        # The deployment's namespace, where its metadata lives in the GCS (None outside Ray).
-        self._namespace = namespace
+        # Finds the deployment's controller, LogServers and topics (``raygroups.ray_seam.Directory``;
+        # None outside Ray).
+        self._directory = directory
         self._io = ThreadPoolExecutor(1, thread_name_prefix=f"shard-{partition}-io")
         self._runtime = CoordinatorRuntime(
             num_partitions, self.config, WallClock(), AsyncioTimers, _new_member_id,
@@ -87,8 +83,8 @@ class CoordinatorShard:
         self._load_summary = None
         self._load_error: str | None = None
         self._stats = {"batches": 0, "records": 0, "append_failures": 0}
-        # Replicated deployments: the controller names the leader and the ISR (None: a single copy).
-        self._controller_name = controller_name
+        # Replicated deployments: the controller names the leader and the ISR.
+        self._replicated = replicated
         self._node = node  # the stable name of the node this shard runs on (replicated deployments)
         self._writer: PartitionWriter = LocalWriter()  # replaced by a ReplicatedWriter at load
 
@@ -104,7 +100,7 @@ class CoordinatorShard:
         self._loaded = loop.create_future()
         loop.create_task(self._load())
         loop.create_task(self._flush_loop())
-        if self._controller_name is not None:
+        if self._replicated:
             loop.create_task(self._maintenance_loop())
 
     def _open_log(self):
@@ -127,12 +123,9 @@ class CoordinatorShard:
         loop = asyncio.get_running_loop()
         ctx = self._runtime.begin_load(self.partition, self._epoch)
         try:
-            if self._controller_name is not None:
-                import ray
-
-                controller = ray.get_actor(self._controller_name, namespace=self._namespace)
+            if self._replicated:
                 self._writer = ReplicatedWriter(LeaderReplication(
-                    self.partition, self._node, controller, self._log_server,
+                    self.partition, self._node, self._directory.controller(), self._directory.log_server,
                     self.config.min_insync_replicas, self.config.replica_lag_time_max_ms, ray_node_id(),
                 ))
             ctx.epoch = await self._writer.start(ctx.epoch)
@@ -141,9 +134,9 @@ class CoordinatorShard:
             ctx.log = plog
             self._load_summary = await loop.run_in_executor(self._io, replay, plog, ctx.shard.state)
             await self._writer.loaded(plog, self._run_io)
-            if self._namespace is not None:
+            if self._directory is not None:
                 # Topic metadata lives in the GCS; a restarted instance must not forget it.
-                self._topics = await loop.run_in_executor(self._io, read_topics, self._namespace)
+                self._topics = await loop.run_in_executor(self._io, self._directory.topics)
             self._runtime.complete_load(ctx)
             log.info("shard %d loaded %s at epoch %d", self.partition, self._load_summary, ctx.epoch)
         except Exception as e:  # a corrupt or unreadable log: stay unavailable rather than serve partial state
@@ -190,13 +183,6 @@ class CoordinatorShard:
     # ------------------------------------------------------------------------------------------
     # Replication (replicated deployments only)
     # ------------------------------------------------------------------------------------------
-    def _log_server(self, node: str):
-        import ray
-
-        from actors.log_server import log_server_name
-
-        return ray.get_actor(log_server_name(node), namespace=self._namespace)
-
     async def _run_io(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._io, fn, *args)
 
@@ -293,7 +279,7 @@ class CoordinatorShard:
             "node": self._node,
             "ray_node_id": ray_node_id(),
             "isr": sorted(self._writer.replication.isr) if self._writer.replicated else None,
-            "namespace": self._namespace,
+            "namespace": None if self._directory is None else self._directory.namespace,
             "topics": len(self._topics),
             **self._stats,
         }

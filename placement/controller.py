@@ -52,8 +52,6 @@ from placement.requests import on_expand_isr, on_leader_started, on_shrink_isr, 
 
 log = logging.getLogger(__name__)
 
-CONTROLLER_NAME = "raygroups-controller"
-PARTITIONS_KEY = b"raygroups/partitions"
 MONITOR_INTERVAL_S = 0.2
 PROBE_TIMEOUT_S = 1.0
 PERSIST_TIMEOUT_S = 5.0
@@ -92,7 +90,7 @@ def node_report(raw: dict, node_id: str) -> NodeReport:
 
 class Controller:
     def __init__(self, namespace: str, settings: Settings, actors: Any) -> None:
-        """``actors`` is everything outside the controller (``actors.factory.ActorFactory``): it creates and
+        """``actors`` is everything outside the controller (``raygroups.ray_seam.ActorFactory``): it creates and
         finds the actors the controller manages, reads Ray's node table and actor states, and holds the
         GCS key-value store -- so that placement depends neither on the actor classes nor on Ray's APIs
         beyond calling actors."""
@@ -123,7 +121,7 @@ class Controller:
         if self._lock is not None:
             return
         self._lock = asyncio.Lock()
-        raw = self._actors.kv_get(PARTITIONS_KEY)
+        raw = self._actors.load_partitions()
         cached = {} if raw is None else _from_json(raw)
         if cached and set(cached) <= set(range(self.settings.num_partitions)):
             self._meta = dataclasses.replace(self._meta, partitions=cached)
@@ -342,7 +340,7 @@ class Controller:
 
     def _save(self) -> None:
         try:
-            self._actors.kv_put(PARTITIONS_KEY, _to_json(dict(self._meta.partitions)))
+            self._actors.store_partitions(_to_json(dict(self._meta.partitions)))
         except Exception as e:  # noqa: BLE001 - the disks hold the state; the cache catches up next commit
             log.warning("could not cache the partition metadata in the GCS: %s", e)
 

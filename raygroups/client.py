@@ -22,7 +22,6 @@ from typing import Any
 
 import ray
 
-from actors.shard_actor import shard_name
 from coordinator.api import (
     DeleteGroupsRequest,
     DescribeGroupsRequest,
@@ -35,6 +34,7 @@ from coordinator.errors import Errors
 from coordinator.messages import JoinGroupRequest, ListGroupsResponse
 from coordinator.partitioning import partition_for
 from raygroups.client_api import GroupApi
+from raygroups.ray_seam import Directory
 
 _RETRIABLE = frozenset(
     {Errors.COORDINATOR_LOAD_IN_PROGRESS, Errors.NOT_COORDINATOR, Errors.COORDINATOR_NOT_AVAILABLE}
@@ -74,7 +74,7 @@ class RayGroupClient(GroupApi):
         with self._handles_lock:
             handle = self._handles.get(partition)
         if handle is None:
-            handle = ray.get_actor(shard_name(partition), namespace=self.namespace)
+            handle = Directory(self.namespace).shard(partition)
             with self._handles_lock:
                 self._handles[partition] = handle
         return handle

@@ -19,19 +19,6 @@ from typing import Any
 
 import ray
 
-from actors.factory import create_shard
-from actors.metadata import (
-    DEPLOYMENT_KEY,
-    TOPICS_KEY,
-    TOPICS_VERSION_KEY,
-    kv_delete,
-    kv_get_json,
-    kv_put_json,
-    read_topics,
-    read_topics_versioned,
-    write_topics,
-)
-from actors.shard_actor import shard_name
 from coordinator.config import CoordinatorConfig
 from coordinator.messages import check_int, check_type
 from offsets_log.replica_state import (
@@ -40,9 +27,23 @@ from offsets_log.replica_state import (
     write_node_descriptor,
     write_topics_file,
 )
-from placement.controller import CONTROLLER_NAME, PARTITIONS_KEY
-from placement.nodes import COORDINATOR_RESOURCE, NODE_LABEL, validate_node_name
+from placement.nodes import validate_node_name
 from raygroups.client import RayGroupClient
+from raygroups.ray_seam import (
+    COORDINATOR_RESOURCE,
+    DEPLOYMENT_KEY,
+    DEPLOYMENT_KEYS,
+    NODE_LABEL,
+    ActorFactory,
+    Directory,
+    create_shard,
+    kv_delete,
+    kv_get_json,
+    kv_put_json,
+    read_topics,
+    read_topics_versioned,
+    write_topics,
+)
 
 READY_TIMEOUT_S = 180
 DEFAULT_NAMESPACE = "raygroups"
@@ -98,7 +99,7 @@ class Cluster:
     def shard(self, partition: int):
         """The shard actor of ``partition``, looked up by name (so never a handle a failover replaced)."""
         check_int("partition", partition, 0, self.num_partitions - 1)
-        return ray.get_actor(shard_name(partition), namespace=self.namespace)
+        return Directory(self.namespace).shard(partition)
 
     def shard_status(self, timeout_s: float = 30) -> list[dict]:
         """Each shard's ``status()``, waiting at most ``timeout_s`` in all; a shard that cannot answer by
@@ -162,7 +163,7 @@ class Cluster:
         if not self.replicated:
             raise RuntimeError("this deployment is not replicated (raygroups.deploy or start_local(num_nodes=...) "
                                "makes one)")
-        return ray.get_actor(CONTROLLER_NAME, namespace=self.namespace)
+        return Directory(self.namespace).controller()
 
     def nodes(self) -> dict[str, dict]:
         """Every coordinator node the deployment knows, by stable name: ``alive``, ``node_id`` (Ray's id of
@@ -290,7 +291,7 @@ class Cluster:
             self._stop_shards()
             if self.replicated:
                 self._stop_log_servers(node_names)
-            for key in (DEPLOYMENT_KEY, TOPICS_KEY, TOPICS_VERSION_KEY, PARTITIONS_KEY):
+            for key in DEPLOYMENT_KEYS:
                 kv_delete(key, self.namespace)
         if self._owns_ray and ray.is_initialized():
             ray.shutdown()
@@ -427,9 +428,6 @@ def connect(address: str = "auto", namespace: str = DEFAULT_NAMESPACE) -> Cluste
     replicated = bool(deployment.get("replicated"))
     factory = None
     if replicated:
-        from actors.factory import ActorFactory
-
-        factory = ActorFactory(namespace, deployment["num_partitions"], cfg.to_properties(), deployment["data_dir"],
-                               CONTROLLER_NAME)
+        factory = ActorFactory(namespace, deployment["num_partitions"], cfg.to_properties(), deployment["data_dir"])
     return Cluster(namespace, deployment["num_partitions"], cfg, deployment["data_dir"], created=False,
                    owns_ray=False, owns_data_dir=False, replicated=replicated, factory=factory)

@@ -20,9 +20,9 @@ from typing import Any
 
 import ray
 
-from actors.factory import create_worker
 from coordinator.messages import check_int, check_type
 from raygroups.consumer import CommitFailedError, Consumer, ConsumerError, FatalConsumerError
+from raygroups.ray_seam import create_worker
 from raygroups.sources import Source, SourceRecord, SyntheticSource
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ class VerifyingProcessor:
 
 
 class ConsumerWorker:
-    """One consumer actor (a plain class; ``actors.factory.create_worker`` makes it a Ray actor)."""
+    """One consumer actor (a plain class; ``raygroups.ray_seam.create_worker`` makes it a Ray actor)."""
 
     def __init__(self, namespace: str, group_id: str, topics: list[str], source: Source, processor_cls: type,
                  processor_args: tuple, worker_id: int, consumer_options: dict, commit_interval_s: float,

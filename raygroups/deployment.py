@@ -21,18 +21,22 @@ from typing import Any
 
 import ray
 
-from actors.factory import ActorFactory
-from actors.metadata import DEPLOYMENT_KEY, kv_get_json, kv_put_json
 from coordinator.config import CoordinatorConfig
 from coordinator.messages import check_int, check_type
-from placement.controller import CONTROLLER_NAME, Controller
 from placement.model import Settings
-from placement.nodes import COORDINATOR_RESOURCE, NODE_LABEL, coordinator_nodes, unlabelled_warning
+from placement.nodes import coordinator_nodes, unlabelled_warning
 from raygroups.cluster import DEFAULT_NAMESPACE, READY_TIMEOUT_S, Cluster
+from raygroups.ray_seam import (
+    COORDINATOR_RESOURCE,
+    DEPLOYMENT_KEY,
+    NODE_LABEL,
+    ActorFactory,
+    ensure_controller,
+    kv_get_json,
+    kv_put_json,
+)
 
 log = logging.getLogger(__name__)
-# Ray gives its head node this resource (a new head keeps it, unlike a node id).
-HEAD_RESOURCE = "node:__internal_head__"
 
 # Node-death detection in ~1.5-2.5 s instead of Ray's default ~15 s (500 ms x 3 measured 2.3 s here);
 # lower thresholds risk declaring busy nodes dead (ray#44680).
@@ -66,12 +70,12 @@ def deploy(address: str = "auto", *, data_dir: str | os.PathLike, namespace: str
         if existing is not None:
             cfg = _resumable(existing, description, namespace, config is not None)
         _warn_unlabelled()
-        factory = ActorFactory(namespace, num_partitions, cfg.to_properties(), data_dir, CONTROLLER_NAME)
+        factory = ActorFactory(namespace, num_partitions, cfg.to_properties(), data_dir)
         if existing is None:
             kv_put_json(DEPLOYMENT_KEY, description, namespace)
         cluster = Cluster(namespace, num_partitions, cfg, data_dir, created=True, owns_ray=owns_ray,
                           owns_data_dir=False, replicated=True, factory=factory)
-        controller = _ensure_controller(namespace, _settings(cfg), factory)
+        controller = ensure_controller(namespace, _settings(cfg), factory)
         try:
             ray.get(controller.start.remote(), timeout=timeout_s)
         except ray.exceptions.RayTaskError as e:
@@ -136,19 +140,6 @@ def _settings(cfg: CoordinatorConfig) -> Settings:
     return Settings(num_partitions=cfg.offsets_topic_num_partitions,
                     replication_factor=cfg.offsets_topic_replication_factor,
                     min_insync_replicas=cfg.min_insync_replicas)
-
-
-def _ensure_controller(namespace: str, settings: Settings, factory: ActorFactory):
-    """The controller actor of ``namespace``, created if none runs: detached, restarted by Ray on a crash,
-    on the head node (the GCS lives there: losing the head is losing the cluster anyway; losing a
-    coordinator node must not take the controller with it). It keeps nothing on disk of its own: a
-    restart rebuilds from the GCS cache, or, after a head restart, from the coordinator nodes' disks."""
-    options: dict[str, Any] = {
-        "name": CONTROLLER_NAME, "namespace": namespace, "lifetime": "detached", "get_if_exists": True,
-        "max_restarts": -1, "max_task_retries": 0, "max_concurrency": 1_000, "num_cpus": 0,
-        "resources": {HEAD_RESOURCE: 0.001},
-    }
-    return ray.remote(Controller).options(**options).remote(namespace, settings, factory)
 
 
 def _warn_unlabelled() -> None:

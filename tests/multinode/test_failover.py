@@ -122,7 +122,7 @@ def test_followers_lost_then_writes_refused_then_back(cluster):
 def test_controller_restart_loses_nothing(cluster):
     import ray
 
-    from placement.controller import CONTROLLER_NAME
+    from raygroups.ray_seam import CONTROLLER_NAME
 
     before = {p: cluster.partition_state(p) for p in range(cluster.num_partitions)}
     ray.kill(ray.get_actor(CONTROLLER_NAME, namespace=cluster.namespace), no_restart=False)

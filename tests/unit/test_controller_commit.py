@@ -43,16 +43,16 @@ class Actors:
     def __init__(self, tmp_path) -> None:
         self.servers = {n: LogServer(n, str(tmp_path / n), 1 << 20, None, 1, 2) for n in NODES}
         self.down: set[str] = set()
-        self.kv: dict = {}
+        self.partitions: bytes | None = None  # the GCS cache
 
     def log_server(self, node):
         return Handle(self.servers[node], self.down, node)
 
-    def kv_get(self, key):
-        return self.kv.get(key)
+    def load_partitions(self):
+        return self.partitions
 
-    def kv_put(self, key, value):
-        self.kv[key] = value
+    def store_partitions(self, value):
+        self.partitions = value
 
     def read_topics(self):
         return {}, 0

@@ -52,3 +52,19 @@ def test_import_linter_contracts_hold():
     lint = Path(sys.executable).with_name("lint-imports")
     result = subprocess.run([str(lint)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_one_ray_seam_creates_and_finds_every_actor_and_touches_the_gcs():
+    """Creating (``ray.remote``), finding (``ray.get_actor``) and the GCS key-value store happen in
+    ``raygroups/ray_seam.py`` only, on the server side and in the client."""
+    offenders = {}
+    for package in ("actors", "placement", "raygroups"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if path.name == "ray_seam.py":
+                continue
+            text = path.read_text()
+            found = [call for call in ("ray.remote(", "ray.get_actor(", "internal_kv", "_internal_kv_")
+                     if call in text]
+            if found:
+                offenders[str(path.relative_to(ROOT))] = found
+    assert offenders == {}

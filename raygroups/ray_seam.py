@@ -1,8 +1,13 @@
-"""The one seam for Ray: every ``ray.remote`` option of this project's actors is set here, so the actor
-classes stay plain classes that unit tests construct directly."""
+"""The one seam between raygroups and Ray. Everything Ray-facing of the server side is here: every actor's
+name, Ray options, creation and lookup (controller, shards, LogServers, consumer workers); the GCS
+key-value entries of a deployment; the resources and labels that place actors. ``start_local``,
+``deploy``, ``connect`` and a ``ray up`` deployment (whose head runs ``raygroups deploy``) all go through
+it; the controller is handed an ``ActorFactory`` and each shard a ``Directory``, so the actor classes stay
+plain classes that unit tests construct directly and that import nothing of this module."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from dataclasses import dataclass
@@ -12,11 +17,92 @@ import ray
 from ray.experimental import internal_kv
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from actors import metadata
-from actors.log_server import LogServer, log_server_name
-from actors.shard_actor import CoordinatorShard, shard_name
+from actors.log_server import LogServer
+from actors.shard_actor import CoordinatorShard
+from placement.controller import Controller
+from placement.model import Settings
+from placement.nodes import COORDINATOR_RESOURCE, NODE_LABEL  # noqa: F401  (re-exported: placement defines them)
+
+# ----------------------------------------------------------------------------------------------
+# Names, resources, GCS keys
+# ----------------------------------------------------------------------------------------------
+CONTROLLER_NAME = "raygroups-controller"
+# Ray gives its head node this resource (a new head keeps it, unlike a node id).
+HEAD_RESOURCE = "node:__internal_head__"
+
+DEPLOYMENT_KEY = b"raygroups/deployment"
+TOPICS_KEY = b"raygroups/topics"
+TOPICS_VERSION_KEY = b"raygroups/topics-version"
+PARTITIONS_KEY = b"raygroups/partitions"  # the controller's cache of the partition states
+DEPLOYMENT_KEYS = (DEPLOYMENT_KEY, TOPICS_KEY, TOPICS_VERSION_KEY, PARTITIONS_KEY)
 
 
+def shard_name(partition: int) -> str:
+    return f"raygroups-shard-{partition}"
+
+
+def log_server_name(node: str) -> str:
+    return f"raygroups-logserver-{node}"
+
+
+def kv_get(key: bytes, namespace: str) -> bytes | None:
+    """The deployment's entry ``key`` in the GCS key-value store (scoped by its namespace)."""
+    return internal_kv._internal_kv_get(key, namespace=namespace)
+
+
+def kv_put(key: bytes, value: bytes, namespace: str) -> None:
+    internal_kv._internal_kv_put(key, value, overwrite=True, namespace=namespace)
+
+
+def kv_get_json(key: bytes, namespace: str) -> Any:
+    raw = kv_get(key, namespace)
+    return None if raw is None else json.loads(raw)
+
+
+def kv_put_json(key: bytes, value: Any, namespace: str) -> None:
+    kv_put(key, json.dumps(value).encode(), namespace)
+
+
+def kv_delete(key: bytes, namespace: str) -> None:
+    internal_kv._internal_kv_del(key, namespace=namespace)
+
+
+def read_topics(namespace: str) -> dict[str, int]:
+    return dict(kv_get_json(TOPICS_KEY, namespace) or {})
+
+
+def read_topics_versioned(namespace: str) -> tuple[dict[str, int], int]:
+    return read_topics(namespace), int(kv_get_json(TOPICS_VERSION_KEY, namespace) or 0)
+
+
+def write_topics(topics: dict[str, int], version: int, namespace: str) -> None:
+    kv_put_json(TOPICS_KEY, topics, namespace)
+    kv_put_json(TOPICS_VERSION_KEY, version, namespace)
+
+
+@dataclass(frozen=True)
+class Directory:
+    """Finds the actors and metadata of the deployment in ``namespace`` (handed to each shard)."""
+
+    namespace: str
+
+    def shard(self, partition: int):
+        return ray.get_actor(shard_name(partition), namespace=self.namespace)
+
+    def controller(self):
+        return ray.get_actor(CONTROLLER_NAME, namespace=self.namespace)
+
+    def log_server(self, node: str):
+        return ray.get_actor(log_server_name(node), namespace=self.namespace)
+
+    def topics(self) -> dict[str, int]:
+        """The registered topics cached in the GCS."""
+        return read_topics(self.namespace)
+
+
+# ----------------------------------------------------------------------------------------------
+# Ray options and creation
+# ----------------------------------------------------------------------------------------------
 def shard_actor_options(partition: int, namespace: str, node_id: str | None = None) -> dict[str, Any]:
     options: dict[str, Any] = {
         "name": shard_name(partition),
@@ -41,7 +127,7 @@ def create_shard(partition: int, namespace: str, num_partitions: int, config: di
     """A shard of the single-node embedded default, pinned to the one node whose disk holds its log."""
     cls = ray.remote(CoordinatorShard)
     return cls.options(**shard_actor_options(partition, namespace, node_id)).remote(
-        partition, num_partitions, config, data_dir, 0, topics, namespace,
+        partition, num_partitions, config, data_dir, 0, topics, Directory(namespace),
     )
 
 
@@ -80,6 +166,19 @@ def create_worker(cls: type, namespace: str, *args: Any, resources: dict[str, fl
     return ray.remote(cls).options(**options).remote(*args)
 
 
+def ensure_controller(namespace: str, settings: Settings, factory: ActorFactory):
+    """The controller actor of ``namespace``, created if none runs: detached, restarted by Ray on a crash,
+    on the head node (the GCS lives there: losing the head is losing the cluster anyway; losing a
+    coordinator node must not take the controller with it). It keeps nothing on disk of its own: a
+    restart rebuilds from the GCS cache, or, after a head restart, from the coordinator nodes' disks."""
+    options: dict[str, Any] = {
+        "name": CONTROLLER_NAME, "namespace": namespace, "lifetime": "detached", "get_if_exists": True,
+        "max_restarts": -1, "max_task_retries": 0, "max_concurrency": 1_000, "num_cpus": 0,
+        "resources": {HEAD_RESOURCE: 0.001},
+    }
+    return ray.remote(Controller).options(**options).remote(namespace, settings, factory)
+
+
 @dataclass(frozen=True)
 class ActorFactory:
     """Creates and finds the actors of a replicated deployment; handed to the controller (which must not
@@ -92,7 +191,10 @@ class ActorFactory:
     num_partitions: int
     config: dict
     data_root: str
-    controller_name: str
+
+    @property
+    def directory(self) -> Directory:
+        return Directory(self.namespace)
 
     def node_dir(self, node: str) -> str:
         # Each coordinator node has its own disk; on a simulated cluster, its own directory.
@@ -109,7 +211,7 @@ class ActorFactory:
                                                                self.config.get("min.insync.replicas"))
 
     def log_server(self, node: str):
-        return ray.get_actor(log_server_name(node), namespace=self.namespace)
+        return self.directory.log_server(node)
 
     def ensure_log_server(self, node: str, scheduling: dict[str, Any]):
         """The node's LogServer, created if it does not exist (two callers racing: one wins, both get it)."""
@@ -127,12 +229,11 @@ class ActorFactory:
     def create_shard(self, partition: int, node: str, scheduling: dict[str, Any]):
         options = {**shard_actor_options(partition, self.namespace), **placement_options(scheduling)}
         return ray.remote(CoordinatorShard).options(**options).remote(
-            partition, self.num_partitions, self.config, self.node_dir(node), 0, None, self.namespace,
-            self.controller_name, node,
+            partition, self.num_partitions, self.config, self.node_dir(node), 0, None, self.directory, True, node,
         )
 
     def shard(self, partition: int):
-        return ray.get_actor(shard_name(partition), namespace=self.namespace)
+        return self.directory.shard(partition)
 
     def kill_shard(self, partition: int) -> None:
         try:
@@ -158,19 +259,19 @@ class ActorFactory:
         """Ray's node table (every node Ray has known, dead incarnations included)."""
         return ray.nodes()
 
-    def kv_get(self, key: bytes) -> bytes | None:
-        """The deployment's entry ``key`` in the GCS key-value store (its namespace)."""
-        return internal_kv._internal_kv_get(key, namespace=self.namespace)
+    def load_partitions(self) -> bytes | None:
+        """The controller's cache of the partition states in the GCS (None after a head restart)."""
+        return kv_get(PARTITIONS_KEY, self.namespace)
 
-    def kv_put(self, key: bytes, value: bytes) -> None:
-        internal_kv._internal_kv_put(key, value, overwrite=True, namespace=self.namespace)
+    def store_partitions(self, value: bytes) -> None:
+        kv_put(PARTITIONS_KEY, value, self.namespace)
 
     def read_topics(self) -> tuple[dict[str, int], int]:
         """The registered topics cached in the GCS, and their version."""
-        return metadata.read_topics_versioned(self.namespace)
+        return read_topics_versioned(self.namespace)
 
     def write_topics(self, topics: dict[str, int], version: int) -> None:
-        metadata.write_topics(topics, version, self.namespace)
+        write_topics(topics, version, self.namespace)
 
     actor_id = staticmethod(actor_id)
     actor_state = staticmethod(actor_state)
