@@ -99,6 +99,9 @@ class PartitionWriter:
 class LocalWriter(PartitionWriter):
     """A single copy on this node's disk (the embedded default): append and fsync on the I/O thread."""
 
+    def __init__(self, partition: int = -1) -> None:
+        self.partition = partition
+
     async def start(self, requested_epoch: int) -> int:
         self.epoch = requested_epoch
         return self.epoch
@@ -113,7 +116,7 @@ class LocalWriter(PartitionWriter):
             await run_io(append_as_leader, partition_log, records, self.epoch, int(time.time() * 1000))
         except Exception as e:  # noqa: BLE001 - every failure goes through the one table
             if not isinstance(e, AppendError):
-                log.exception("append failed")
+                log.exception("append failed on partition %d", self.partition)
             raise append_failure(e, replicated=False) from e
 
 

@@ -86,7 +86,7 @@ class CoordinatorShard:
         # Replicated deployments: the controller names the leader and the ISR.
         self._replicated = replicated
         self._node = node  # the stable name of the node this shard runs on (replicated deployments)
-        self._writer: PartitionWriter = LocalWriter()  # replaced by a ReplicatedWriter at load
+        self._writer: PartitionWriter = LocalWriter(partition)  # a ReplicatedWriter replaces it at load
 
     # ------------------------------------------------------------------------------------------
     # Loading

@@ -212,6 +212,11 @@ class CoordinatorRuntime:
         for op in failed:
             self._release(op, error)
         if ctx.shard is None:
+            # Unloaded meanwhile (the shard stepped down): no callback can run to give the answer it would
+            # have given, so every request still unanswered gets the error itself.
+            for op in failed:
+                if op.respond is not None and not op.respond.done and op.error_response is not None:
+                    op.respond.complete(op.error_response(error))
             return
         for op in failed:
             for cb in op.callbacks:

@@ -14,6 +14,7 @@ from tests.unit.helpers import (
     group_tombstone,
     offset_record,
     offset_tombstone,
+    stable_static_group,
 )
 
 T0, T1 = ("foo", 0), ("foo", 1)
@@ -244,3 +245,24 @@ def test_successful_delete_forgets_the_pending_member():
     assert ctx.join(member_id=first.member_id).result(timeout=0).error is Errors.UNKNOWN_MEMBER_ID
     assert ctx.state() is None
     ctx.assert_replay_matches()
+
+
+def test_a_batch_failing_after_the_shard_stepped_down_still_answers_a_static_rejoin():
+    """A static member rejoining a Stable group is answered only by its write's callback; if the shard is
+    unloaded (it stepped down: a newer leader exists) before its batch fails, the request still gets the
+    error instead of waiting forever."""
+    from coordinator.runtime import PartitionState
+
+    ctx = Ctx()
+    stable_static_group(ctx, ["i1", "i2"])
+    runtime = ctx.coord._runtime
+    # Drive it as the actor does (no synchronous append): the batch stays open until sealed below.
+    runtime._append, runtime._on_pending = None, lambda c: None
+    partition = runtime.contexts[0]
+    rejoin = ctx.join(member_id="", group_instance_id="i1")
+    records, ops = runtime.seal_batch(partition)
+    assert records and not rejoin.done()
+    runtime.unload(0, None)  # the step-down
+    partition.state = PartitionState.FAILED
+    runtime.batch_failed(partition, ops, Errors.NOT_COORDINATOR)
+    assert rejoin.done() and rejoin.result(timeout=0).error is Errors.NOT_COORDINATOR
