@@ -28,6 +28,7 @@ from ray.cluster_utils import Cluster as RayCluster  # noqa: E402
 from coordinator.errors import Errors  # noqa: E402
 from raygroups import partition_for  # noqa: E402
 from raygroups.deployment import SIMULATED_HEALTH_CHECKS, deploy  # noqa: E402
+from raygroups.ray_seam import add_simulated_node  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PARTITIONS = 8
@@ -40,7 +41,7 @@ def _ray_cluster() -> tuple[RayCluster, float]:
     rc = RayCluster(initialize_head=True, head_node_args={"num_cpus": 2, "resources": {"head": 1},
                                                           "_system_config": SIMULATED_HEALTH_CHECKS})
     for i in range(3):
-        rc.add_node(num_cpus=1, resources={"coordinator": 1}, labels={"raygroups.io/node": f"node-{i}"})
+        add_simulated_node(rc, f"node-{i}")
     rc.wait_for_nodes()
     ray.init(address=rc.address, log_to_driver=False)
     return rc, time.perf_counter() - start

@@ -30,12 +30,12 @@ from offsets_log.replica_state import (
 from placement.nodes import validate_node_name
 from raygroups.client import RayGroupClient
 from raygroups.ray_seam import (
-    COORDINATOR_RESOURCE,
     DEPLOYMENT_KEY,
     DEPLOYMENT_KEYS,
     NODE_LABEL,
     ActorFactory,
     Directory,
+    add_simulated_node,
     create_shard,
     kv_delete,
     kv_get_json,
@@ -227,8 +227,7 @@ class Cluster:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"Ray did not declare node {name!r} dead within {timeout_s:g} s")
             time.sleep(0.1)
-        self._sim_nodes[name] = rc.add_node(num_cpus=1, resources={COORDINATOR_RESOURCE: 1},
-                                            labels={NODE_LABEL: name})
+        self._sim_nodes[name] = add_simulated_node(rc, name)
 
     def add_node(self, name: str | None = None) -> str:
         """Simulated clusters only: add a new coordinator node (``node-<k>`` unless named); returns its name."""
@@ -239,7 +238,7 @@ class Cluster:
         if name in self._sim_names:
             raise ValueError(f"node {name!r} already exists in this cluster; restart_node({name!r}) restarts it")
         self._sim_names.append(name)
-        self._sim_nodes[name] = rc.add_node(num_cpus=1, resources={COORDINATOR_RESOURCE: 1}, labels={NODE_LABEL: name})
+        self._sim_nodes[name] = add_simulated_node(rc, name)
         return name
 
     def _known_name(self, name: str) -> str:

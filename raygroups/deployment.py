@@ -27,10 +27,9 @@ from placement.model import Settings
 from placement.nodes import coordinator_nodes, unlabelled_warning
 from raygroups.cluster import DEFAULT_NAMESPACE, READY_TIMEOUT_S, Cluster
 from raygroups.ray_seam import (
-    COORDINATOR_RESOURCE,
     DEPLOYMENT_KEY,
-    NODE_LABEL,
     ActorFactory,
+    add_simulated_node,
     ensure_controller,
     kv_get_json,
     kv_put_json,
@@ -166,8 +165,7 @@ def start_simulated(num_partitions: int, data_dir, props: dict, namespace: str, 
     })
     names = [f"node-{i}" for i in range(num_nodes)]
     try:
-        nodes = {n: ray_cluster.add_node(num_cpus=1, resources={COORDINATOR_RESOURCE: 1}, labels={NODE_LABEL: n})
-                 for n in names}
+        nodes = {n: add_simulated_node(ray_cluster, n) for n in names}
         ray_cluster.wait_for_nodes()
         ray.init(address=ray_cluster.address, log_to_driver=False, logging_level=logging.WARNING)
         cluster = deploy(ray_cluster.address, data_dir=data_dir, namespace=namespace,

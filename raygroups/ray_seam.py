@@ -37,6 +37,11 @@ PARTITIONS_KEY = b"raygroups/partitions"  # the controller's cache of the partit
 DEPLOYMENT_KEYS = (DEPLOYMENT_KEY, TOPICS_KEY, TOPICS_VERSION_KEY, PARTITIONS_KEY)
 
 
+def add_simulated_node(ray_cluster, name: str):
+    """A coordinator node named ``name`` in a ``ray.cluster_utils.Cluster`` (one CPU, like a small host)."""
+    return ray_cluster.add_node(num_cpus=1, resources={COORDINATOR_RESOURCE: 1}, labels={NODE_LABEL: name})
+
+
 def shard_name(partition: int) -> str:
     return f"raygroups-shard-{partition}"
 
