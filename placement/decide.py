@@ -368,8 +368,11 @@ class _Round:
         if len(self.parts) < self.s.num_partitions:
             return  # still recovering: a plan would lay out the missing partitions afresh
         grace = self.s.node_replacement_delay_ms
-        nodes = sorted(self.alive() | {n for n, t in self.dead_since.items()
-                                       if self.now - t < grace and n not in self.refused})
+        # A node gets replicas once its disk has reported (it may yet be refused); one that already holds
+        # some keeps them meanwhile, and a dead one keeps them during the replacement delay.
+        current = {n for a in self.parts.values() for n in a.replicas}
+        ready = {n for n in self.alive() if n in current or self.reported.get(n) == self.incarnations.get(n)}
+        nodes = sorted(ready | {n for n, t in self.dead_since.items() if self.now - t < grace and n not in self.refused})
         if not nodes or tuple(nodes) == self.placed_on:
             return
         target = plan(self.s.num_partitions, nodes, self.parts, self.s.replication_factor)

@@ -509,3 +509,19 @@ def test_followers_lost_one_after_the_other_leave_the_isr_and_rejoin_when_they_r
     w.run(1_000)
     w.catch_up(0)
     assert set(w.state(0).isr) == set(a.replicas) and w.state(0).leader == a.leader
+
+
+def test_a_new_node_is_not_given_replicas_before_its_disk_has_reported():
+    """A node that joins while a dead node's replicas are due to move gets none of them until its disk has
+    reported -- and none at all if the report refuses it (its disk belongs to another deployment)."""
+    w = up(World(nodes=("node-0", "node-1", "node-2"), num_partitions=4, node_replacement_delay_ms=5_000))
+    w.boot("node-3")
+    w.disks["node-3"].num_partitions = 8
+    w.unreachable.add("node-3")  # its LogServer is still starting: no report yet
+    w.kill("node-2")
+    w.run(10_000)
+    assert all("node-3" not in a.replicas for a in w.meta.partitions.values())
+    w.unreachable.discard("node-3")
+    w.run(2_000)
+    assert "node-3" in w.meta.refused
+    assert all("node-3" not in a.replicas for a in w.meta.partitions.values())
