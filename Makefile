@@ -21,7 +21,7 @@ test: $(STAMP) java-check
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
-	$(VENV)/bin/lint-imports
+	$(PY) -m pytest -q tests/unit/test_layers.py tests/unit/test_packaging.py
 
 demo: $(STAMP)
 	$(PY) -m raygroups.demo

@@ -20,9 +20,9 @@ import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
 
-from offsets_log import Batch, LogError, StaleEpochError, open_log
-from offsets_log.batch import records_below
-from offsets_log.replica_state import (
+from raygroups.offsets_log import Batch, LogError, StaleEpochError, open_log
+from raygroups.offsets_log.batch import records_below
+from raygroups.offsets_log.replica_state import (
     ReplicaStateError,
     partition_dir,
     read_node_descriptor,

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from actors.member_errors import (
+from raygroups.actors.member_errors import (
     CommitFailedError,
     ConsumerError,
     FatalConsumerError,
@@ -30,7 +30,7 @@ from actors.member_errors import (
     GroupMaxSizeReachedError,
     RebalanceInProgressError,
 )
-from actors.member_events import (
+from raygroups.actors.member_events import (
     COOPERATIVE,
     EAGER,
     Generation,
@@ -42,9 +42,9 @@ from actors.member_events import (
     TopicPartition,
     Wait,
 )
-from actors.member_offsets import MemberOffsetsMixin
-from coordinator.assignors import Assignor
-from coordinator.consumer_protocol import (
+from raygroups.actors.member_offsets import MemberOffsetsMixin
+from raygroups.coordinator.assignors import Assignor
+from raygroups.coordinator.consumer_protocol import (
     PROTOCOL_TYPE,
     Assignment,
     SchemaError,
@@ -54,8 +54,8 @@ from coordinator.consumer_protocol import (
     encode_assignment,
     encode_subscription,
 )
-from coordinator.errors import Errors
-from coordinator.messages import (
+from raygroups.coordinator.errors import Errors
+from raygroups.coordinator.messages import (
     DEFAULT_CLIENT_HOST,
     NO_GENERATION,
     HeartbeatRequest,

@@ -8,7 +8,7 @@ Re-exported by ``actors.member`` and ``raygroups.consumer``.
 
 from __future__ import annotations
 
-from coordinator.errors import Errors
+from raygroups.coordinator.errors import Errors
 
 
 class ConsumerError(Exception):

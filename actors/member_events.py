@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, NamedTuple
 
-from coordinator.consumer_protocol import Assignment
-from coordinator.messages import NO_GENERATION, UNKNOWN_MEMBER_ID
+from raygroups.coordinator.consumer_protocol import Assignment
+from raygroups.coordinator.messages import NO_GENERATION, UNKNOWN_MEMBER_ID
 
 EAGER = "EAGER"
 COOPERATIVE = "COOPERATIVE"

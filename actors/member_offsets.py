@@ -11,15 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from actors.member_errors import (
+from raygroups.actors.member_errors import (
     CommitFailedError,
     ConsumerError,
     FencedInstanceIdError,
     RebalanceInProgressError,
 )
-from actors.member_events import MemberState, TopicPartition
-from coordinator.errors import Errors
-from coordinator.messages import (
+from raygroups.actors.member_events import MemberState, TopicPartition
+from raygroups.coordinator.errors import Errors
+from raygroups.coordinator.messages import (
     OffsetCommitRequest,
     OffsetCommitResponse,
     OffsetFetchRequest,

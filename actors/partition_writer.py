@@ -15,11 +15,11 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from actors.replication import Deposed, LeaderReplication
-from coordinator.errors import AppendError, Errors
-from offsets_log.batch import Batch
-from offsets_log.errors import LogError, StaleEpochError
-from offsets_log.leader import append_as_leader
+from raygroups.actors.replication import Deposed, LeaderReplication
+from raygroups.coordinator.errors import AppendError, Errors
+from raygroups.offsets_log.batch import Batch
+from raygroups.offsets_log.errors import LogError, StaleEpochError
+from raygroups.offsets_log.leader import append_as_leader
 
 log = logging.getLogger(__name__)
 

@@ -23,9 +23,8 @@ import time
 from collections.abc import Callable
 
 import ray
-
-from coordinator.errors import Errors
-from offsets_log import Batch
+from raygroups.coordinator.errors import Errors
+from raygroups.offsets_log import Batch
 
 log = logging.getLogger(__name__)
 CATCH_UP_CHUNK_BYTES = 1 << 20

@@ -26,17 +26,17 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from actors.log_server import ray_node_id
-from actors.partition_writer import AppendFailed, LocalWriter, PartitionWriter, ReplicatedWriter
-from actors.replication import MAINTENANCE_INTERVAL_S, LeaderReplication
-from actors.timers import AsyncioTimers, WallClock
-from coordinator.api import dispatch, error_response
-from coordinator.config import CoordinatorConfig
-from coordinator.errors import Errors, map_append_error
-from coordinator.messages import OffsetCommitRequest, OffsetCommitResponse
-from coordinator.runtime import CoordinatorRuntime, PartitionState
-from offsets_log import LogLockedError, open_log, replay
-from offsets_log.batch import records_below
+from raygroups.actors.log_server import ray_node_id
+from raygroups.actors.partition_writer import AppendFailed, LocalWriter, PartitionWriter, ReplicatedWriter
+from raygroups.actors.replication import MAINTENANCE_INTERVAL_S, LeaderReplication
+from raygroups.actors.timers import AsyncioTimers, WallClock
+from raygroups.coordinator.api import dispatch, error_response
+from raygroups.coordinator.config import CoordinatorConfig
+from raygroups.coordinator.errors import Errors, map_append_error
+from raygroups.coordinator.messages import OffsetCommitRequest, OffsetCommitResponse
+from raygroups.coordinator.runtime import CoordinatorRuntime, PartitionState
+from raygroups.offsets_log import LogLockedError, open_log, replay
+from raygroups.offsets_log.batch import records_below
 
 log = logging.getLogger(__name__)
 LOCK_WAIT_S = 30.0

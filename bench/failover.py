@@ -24,10 +24,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import ray  # noqa: E402
+from raygroups.coordinator.errors import Errors  # noqa: E402
+from raygroups.coordinator.messages import OffsetCommitRequest  # noqa: E402
 
 from bench.throughput import _rate  # noqa: E402
-from coordinator.errors import Errors  # noqa: E402
-from coordinator.messages import OffsetCommitRequest  # noqa: E402
 from raygroups import partition_for  # noqa: E402
 from raygroups.cluster import start_local  # noqa: E402
 

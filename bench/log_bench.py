@@ -29,18 +29,17 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import msgpack  # noqa: E402
-
-from coordinator.records import (  # noqa: E402
+from raygroups.coordinator.records import (  # noqa: E402
     GroupMetadataKey,
     GroupMetadataValue,
     MemberMetadata,
     OffsetCommitKey,
     OffsetCommitValue,
 )
-from coordinator.state import DurableState  # noqa: E402
-from offsets_log import Batch, open_log, replay  # noqa: E402
-from offsets_log.codec import decode_payload, encode_batch  # noqa: E402
-from offsets_log.compactor import compact_segments  # noqa: E402
+from raygroups.coordinator.state import DurableState  # noqa: E402
+from raygroups.offsets_log import Batch, open_log, replay  # noqa: E402
+from raygroups.offsets_log.codec import decode_payload, encode_batch  # noqa: E402
+from raygroups.offsets_log.compactor import compact_segments  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 NO_FSYNC = {"fsync_for_testing": lambda fd: None}

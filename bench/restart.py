@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import ray  # noqa: E402
 from ray.cluster_utils import Cluster as RayCluster  # noqa: E402
+from raygroups.coordinator.errors import Errors  # noqa: E402
 
-from coordinator.errors import Errors  # noqa: E402
 from raygroups import partition_for  # noqa: E402
 from raygroups.deployment import SIMULATED_HEALTH_CHECKS, deploy  # noqa: E402
 from raygroups.ray_seam import add_simulated_node  # noqa: E402

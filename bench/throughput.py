@@ -25,14 +25,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import ray  # noqa: E402
-
-from coordinator.errors import Errors  # noqa: E402
-from coordinator.messages import (  # noqa: E402
+from raygroups.coordinator.errors import Errors  # noqa: E402
+from raygroups.coordinator.messages import (  # noqa: E402
     HeartbeatRequest,
     JoinGroupRequest,
     OffsetCommitRequest,
     SyncGroupRequest,
 )
+
 from raygroups.cluster import start_local  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"

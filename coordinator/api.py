@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from coordinator.errors import Errors
-from coordinator.messages import (
+from raygroups.coordinator.errors import Errors
+from raygroups.coordinator.messages import (
     DescribedGroup,
     HeartbeatRequest,
     HeartbeatResponse,
@@ -31,7 +31,7 @@ from coordinator.messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
-from coordinator.runtime import CoordinatorRuntime, PartitionState
+from raygroups.coordinator.runtime import CoordinatorRuntime, PartitionState
 
 Sink = Callable[[Any], None]
 

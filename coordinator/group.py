@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from enum import StrEnum
 
-from coordinator.consumer_protocol import PROTOCOL_TYPE as CONSUMER_PROTOCOL_TYPE
-from coordinator.consumer_protocol import SchemaError, decode_subscription
-from coordinator.errors import CoordinatorError, Errors, IllegalStateError
-from coordinator.messages import Deferred, JoinGroupMember
-from coordinator.records import GroupMetadataValue, MemberMetadata
+from raygroups.coordinator.consumer_protocol import PROTOCOL_TYPE as CONSUMER_PROTOCOL_TYPE
+from raygroups.coordinator.consumer_protocol import SchemaError, decode_subscription
+from raygroups.coordinator.errors import CoordinatorError, Errors, IllegalStateError
+from raygroups.coordinator.messages import Deferred, JoinGroupMember
+from raygroups.coordinator.records import GroupMetadataValue, MemberMetadata
 
 
 class GroupState(StrEnum):
@@ -248,7 +248,7 @@ class ClassicGroup:
             raise IllegalStateError(f"cannot replace non-existing member id {old_member_id}")
         # The old instance is fenced: its parked requests are answered FENCED_INSTANCE_ID (as Kafka's
         # ClassicGroup.replaceStaticMember does, KIP-345).
-        from coordinator.messages import JoinGroupResponse, SyncGroupResponse
+        from raygroups.coordinator.messages import JoinGroupResponse, SyncGroupResponse
 
         self.complete_join(old, JoinGroupResponse(Errors.FENCED_INSTANCE_ID, member_id=old_member_id))
         self.complete_sync(old, SyncGroupResponse(Errors.FENCED_INSTANCE_ID))

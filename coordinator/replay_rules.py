@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from coordinator.records import (
+from raygroups.coordinator.records import (
     GROUP_METADATA_KEY_TYPE,
     OFFSET_COMMIT_KEY_TYPE,
     GroupMetadataKey,
@@ -41,7 +41,7 @@ from coordinator.records import (
 )
 
 if TYPE_CHECKING:
-    from coordinator.state import DurableState
+    from raygroups.coordinator.state import DurableState
 
 _MISSING = object()
 

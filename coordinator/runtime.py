@@ -21,13 +21,13 @@ import enum
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from coordinator.clock import Clock, Timers
-from coordinator.config import CoordinatorConfig
-from coordinator.errors import AppendError, Errors, map_append_error
-from coordinator.messages import Deferred
-from coordinator.partitioning import partition_for
-from coordinator.records import Record
-from coordinator.shard import GroupCoordinatorShard
+from raygroups.coordinator.clock import Clock, Timers
+from raygroups.coordinator.config import CoordinatorConfig
+from raygroups.coordinator.errors import AppendError, Errors, map_append_error
+from raygroups.coordinator.messages import Deferred
+from raygroups.coordinator.partitioning import partition_for
+from raygroups.coordinator.records import Record
+from raygroups.coordinator.shard import GroupCoordinatorShard
 
 
 class PartitionState(enum.StrEnum):

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from coordinator.clock import Clock, Timers
-from coordinator.config import CoordinatorConfig
-from coordinator.errors import CoordinatorError, Errors, IllegalStateError
-from coordinator.group import ClassicGroup, GroupState, Member
-from coordinator.messages import (
+from raygroups.coordinator.clock import Clock, Timers
+from raygroups.coordinator.config import CoordinatorConfig
+from raygroups.coordinator.errors import CoordinatorError, Errors, IllegalStateError
+from raygroups.coordinator.group import ClassicGroup, GroupState, Member
+from raygroups.coordinator.messages import (
     UNKNOWN_MEMBER_ID,
     Deferred,
     HeartbeatRequest,
@@ -33,10 +33,10 @@ from coordinator.messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
-from coordinator.records import GroupMetadataKey, Record, new_empty_group_metadata_record
-from coordinator.shard_offsets import OffsetsMixin
-from coordinator.shard_rebalance import RebalanceMixin, heartbeat_key, join_key, sync_key
-from coordinator.state import DurableState
+from raygroups.coordinator.records import GroupMetadataKey, Record, new_empty_group_metadata_record
+from raygroups.coordinator.shard_offsets import OffsetsMixin
+from raygroups.coordinator.shard_rebalance import RebalanceMixin, heartbeat_key, join_key, sync_key
+from raygroups.coordinator.state import DurableState
 
 OnDone = Callable[[Errors], None]
 

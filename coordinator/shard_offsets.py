@@ -7,9 +7,9 @@ Split out of ``shard.py`` by concern; it relies on the shard's ``state``, ``grou
 
 from __future__ import annotations
 
-from coordinator.errors import CoordinatorError, Errors
-from coordinator.group import ClassicGroup, GroupState
-from coordinator.messages import (
+from raygroups.coordinator.errors import CoordinatorError, Errors
+from raygroups.coordinator.group import ClassicGroup, GroupState
+from raygroups.coordinator.messages import (
     DescribedGroup,
     DescribedMember,
     JoinGroupResponse,
@@ -22,7 +22,7 @@ from coordinator.messages import (
     PartitionOffset,
     SyncGroupResponse,
 )
-from coordinator.records import (
+from raygroups.coordinator.records import (
     OffsetCommitValue,
     new_group_metadata_tombstone_record,
     new_offset_commit_record,

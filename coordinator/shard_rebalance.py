@@ -8,10 +8,10 @@ concern; it relies on the shard's ``groups``, ``timers``, ``config``, ``_schedul
 
 from __future__ import annotations
 
-from coordinator.errors import Errors, IllegalStateError
-from coordinator.group import ClassicGroup, GroupState, Member
-from coordinator.messages import UNKNOWN_MEMBER_ID, JoinGroupResponse, SyncGroupResponse
-from coordinator.records import GroupMetadataKey
+from raygroups.coordinator.errors import Errors, IllegalStateError
+from raygroups.coordinator.group import ClassicGroup, GroupState, Member
+from raygroups.coordinator.messages import UNKNOWN_MEMBER_ID, JoinGroupResponse, SyncGroupResponse
+from raygroups.coordinator.records import GroupMetadataKey
 
 
 def heartbeat_key(group_id: str, member_id: str) -> tuple:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from coordinator import replay_rules
-from coordinator.records import GroupMetadataValue, OffsetCommitValue, RecordKey, RecordValue
+from raygroups.coordinator import replay_rules
+from raygroups.coordinator.records import GroupMetadataValue, OffsetCommitValue, RecordKey, RecordValue
 
 TopicPartition = tuple[str, int]
 

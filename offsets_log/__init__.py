@@ -5,10 +5,10 @@ compactor follow ``coordinator.replay_rules``; the segment store lives in ``offs
 imports pyarrow).
 """
 
-from offsets_log.batch import Batch
-from offsets_log.compactor import CompactionStats, compact_batches, compact_segments
-from offsets_log.epochs import EpochEndOffset
-from offsets_log.errors import (
+from raygroups.offsets_log.batch import Batch
+from raygroups.offsets_log.compactor import CompactionStats, compact_batches, compact_segments
+from raygroups.offsets_log.epochs import EpochEndOffset
+from raygroups.offsets_log.errors import (
     CorruptLogError,
     LogError,
     LogFailedError,
@@ -19,9 +19,9 @@ from offsets_log.errors import (
     OffsetOutOfRangeError,
     StaleEpochError,
 )
-from offsets_log.loader import LoadSummary, replay
-from offsets_log.log import FileLog, RecoveryReport, open_log
-from offsets_log.memory import InMemoryLog
+from raygroups.offsets_log.loader import LoadSummary, replay
+from raygroups.offsets_log.log import FileLog, RecoveryReport, open_log
+from raygroups.offsets_log.memory import InMemoryLog
 
 __all__ = [
     "Batch",

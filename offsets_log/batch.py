@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from coordinator.records import Record
-from offsets_log.errors import NonMonotonicAppendError, StaleEpochError
+from raygroups.coordinator.records import Record
+from raygroups.offsets_log.errors import NonMonotonicAppendError, StaleEpochError
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,8 +43,7 @@ import zlib
 from collections.abc import Iterable
 
 import msgpack
-
-from coordinator.records import (
+from raygroups.coordinator.records import (
     GROUP_METADATA_KEY_TYPE,
     OFFSET_COMMIT_KEY_TYPE,
     GroupMetadataKey,
@@ -53,8 +52,8 @@ from coordinator.records import (
     OffsetCommitKey,
     OffsetCommitValue,
 )
-from offsets_log.batch import Batch
-from offsets_log.errors import LogError
+from raygroups.offsets_log.batch import Batch
+from raygroups.offsets_log.errors import LogError
 
 FORMAT = 1
 FLAG_TOMBSTONES = 1

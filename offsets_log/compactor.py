@@ -28,10 +28,10 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from coordinator.records import OFFSET_COMMIT_KEY_TYPE
-from coordinator.replay_rules import GroupPresence, presence_needs
-from offsets_log.batch import Batch
-from offsets_log.codec import (
+from raygroups.coordinator.records import OFFSET_COMMIT_KEY_TYPE
+from raygroups.coordinator.replay_rules import GroupPresence, presence_needs
+from raygroups.offsets_log.batch import Batch
+from raygroups.offsets_log.codec import (
     decode_key_fields,
     encode_key,
     encode_raw_payload,
@@ -40,13 +40,13 @@ from offsets_log.codec import (
     payload_span,
     unpack_payload,
 )
-from offsets_log.codec import (
+from raygroups.offsets_log.codec import (
     decode_payload as _decode_payload,
 )
-from offsets_log.errors import CorruptLogError
-from offsets_log.fsutil import atomic_write
-from offsets_log.index import DEFAULT_INDEX_INTERVAL_BYTES, OffsetIndex
-from offsets_log.segment import index_name, iter_frames, segment_name
+from raygroups.offsets_log.errors import CorruptLogError
+from raygroups.offsets_log.fsutil import atomic_write
+from raygroups.offsets_log.index import DEFAULT_INDEX_INTERVAL_BYTES, OffsetIndex
+from raygroups.offsets_log.segment import index_name, iter_frames, segment_name
 
 DEFAULT_MAX_BATCH_RECORDS = 1000
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
-from offsets_log.errors import CorruptLogError
-from offsets_log.fsutil import atomic_write
+from raygroups.offsets_log.errors import CorruptLogError
+from raygroups.offsets_log.fsutil import atomic_write
 
 CHECKPOINT_FILE = "leader-epoch-checkpoint"
 UNDEFINED_EPOCH = -1

@@ -16,7 +16,7 @@ import zlib
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
-from offsets_log.fsutil import atomic_write
+from raygroups.offsets_log.fsutil import atomic_write
 
 DEFAULT_INDEX_INTERVAL_BYTES = 4096
 _MAGIC = b"RGIX"

@@ -4,10 +4,10 @@ storage failure becomes the ``AppendError`` a Kafka replica manager would return
 
 from __future__ import annotations
 
-from coordinator.errors import AppendError, Errors
-from coordinator.records import Record
-from offsets_log.batch import Batch
-from offsets_log.errors import LogError, StaleEpochError
+from raygroups.coordinator.errors import AppendError, Errors
+from raygroups.coordinator.records import Record
+from raygroups.offsets_log.batch import Batch
+from raygroups.offsets_log.errors import LogError, StaleEpochError
 
 
 def append_as_leader(log, records: list[Record], leader_epoch: int, timestamp_ms: int) -> Batch:

@@ -21,11 +21,10 @@ import time
 from dataclasses import dataclass
 
 import msgpack
-
-from coordinator.records import GROUP_METADATA_KEY_TYPE, OFFSET_COMMIT_KEY_TYPE, OffsetCommitValue
-from coordinator.replay_rules import GroupPresence
-from coordinator.state import DurableState
-from offsets_log.codec import (
+from raygroups.coordinator.records import GROUP_METADATA_KEY_TYPE, OFFSET_COMMIT_KEY_TYPE, OffsetCommitValue
+from raygroups.coordinator.replay_rules import GroupPresence
+from raygroups.coordinator.state import DurableState
+from raygroups.offsets_log.codec import (
     FLAG_TOMBSTONES,
     FORMAT,
     OFFSET_COMMIT_VALUE_VERSIONS,
@@ -34,7 +33,7 @@ from offsets_log.codec import (
     decode_key_fields,
     decode_offset_commit_value,
 )
-from offsets_log.errors import CorruptLogError
+from raygroups.offsets_log.errors import CorruptLogError
 
 
 @dataclass(frozen=True)

@@ -34,10 +34,16 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from offsets_log.batch import Batch, check_append
-from offsets_log.codec import RecordFormatError, batch_from_raw, encode_batch, payload_span, unpack_payload
-from offsets_log.epochs import EpochEndOffset, LeaderEpochCache, checkpoint_path, write_checkpoint
-from offsets_log.errors import (
+from raygroups.offsets_log.batch import Batch, check_append
+from raygroups.offsets_log.codec import (
+    RecordFormatError,
+    batch_from_raw,
+    encode_batch,
+    payload_span,
+    unpack_payload,
+)
+from raygroups.offsets_log.epochs import EpochEndOffset, LeaderEpochCache, checkpoint_path, write_checkpoint
+from raygroups.offsets_log.errors import (
     CorruptLogError,
     LogError,
     LogFailedError,
@@ -46,12 +52,12 @@ from offsets_log.errors import (
     LogWriteError,
     OffsetOutOfRangeError,
 )
-from offsets_log.fsutil import fsync_dir
-from offsets_log.index import DEFAULT_INDEX_INTERVAL_BYTES, OffsetIndex
-from offsets_log.recovery import recover
-from offsets_log.segment import Segment, index_name, iter_frames, scan_segment, segment_name
+from raygroups.offsets_log.fsutil import fsync_dir
+from raygroups.offsets_log.index import DEFAULT_INDEX_INTERVAL_BYTES, OffsetIndex
+from raygroups.offsets_log.recovery import recover
+from raygroups.offsets_log.segment import Segment, index_name, iter_frames, scan_segment, segment_name
 
-logger = logging.getLogger("offsets_log")
+logger = logging.getLogger("raygroups.offsets_log")
 
 MIN_SEGMENT_BYTES = 1024
 DEFAULT_SEGMENT_BYTES = 100 * 1024 * 1024

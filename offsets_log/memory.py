@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from offsets_log.batch import Batch, check_append
-from offsets_log.codec import encode_batch
-from offsets_log.epochs import EpochEndOffset, LeaderEpochCache
-from offsets_log.errors import OffsetOutOfRangeError
+from raygroups.offsets_log.batch import Batch, check_append
+from raygroups.offsets_log.codec import encode_batch
+from raygroups.offsets_log.epochs import EpochEndOffset, LeaderEpochCache
+from raygroups.offsets_log.errors import OffsetOutOfRangeError
 
 
 class InMemoryLog:

@@ -21,12 +21,12 @@ import logging
 import os
 import re
 
-from offsets_log.codec import unpack_payload
-from offsets_log.epochs import LeaderEpochCache, checkpoint_path, read_checkpoint, write_checkpoint
-from offsets_log.errors import CorruptLogError
-from offsets_log.fsutil import fsync_dir
-from offsets_log.index import OffsetIndex, read_index
-from offsets_log.segment import (
+from raygroups.offsets_log.codec import unpack_payload
+from raygroups.offsets_log.epochs import LeaderEpochCache, checkpoint_path, read_checkpoint, write_checkpoint
+from raygroups.offsets_log.errors import CorruptLogError
+from raygroups.offsets_log.fsutil import fsync_dir
+from raygroups.offsets_log.index import OffsetIndex, read_index
+from raygroups.offsets_log.segment import (
     Segment,
     index_name,
     iter_frames,
@@ -35,7 +35,7 @@ from offsets_log.segment import (
     segment_name,
 )
 
-logger = logging.getLogger("offsets_log")
+logger = logging.getLogger("raygroups.offsets_log")
 
 
 _LEFTOVER_RE = re.compile(r"^(\d{20}\.(log|index)|leader-epoch-checkpoint)\.(tmp|swap)$")

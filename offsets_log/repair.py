@@ -20,10 +20,16 @@ import fcntl
 import os
 from dataclasses import dataclass, field
 
-from offsets_log.errors import LogLockedError
-from offsets_log.fsutil import fsync_dir
-from offsets_log.log import LOCK_FILE
-from offsets_log.segment import SEGMENT_RE, index_name, iter_frames, list_segment_files, segment_name
+from raygroups.offsets_log.errors import LogLockedError
+from raygroups.offsets_log.fsutil import fsync_dir
+from raygroups.offsets_log.log import LOCK_FILE
+from raygroups.offsets_log.segment import (
+    SEGMENT_RE,
+    index_name,
+    iter_frames,
+    list_segment_files,
+    segment_name,
+)
 
 
 @dataclass

@@ -22,8 +22,8 @@ import json
 import os
 from typing import Any
 
-from offsets_log.errors import LogError
-from offsets_log.fsutil import atomic_write
+from raygroups.offsets_log.errors import LogError
+from raygroups.offsets_log.fsutil import atomic_write
 
 FORMAT = 1
 DESCRIPTOR_FILE = "deployment.json"

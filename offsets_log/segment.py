@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from offsets_log.codec import (
+from raygroups.offsets_log.codec import (
     HEADER,
     HEADER_BYTES,
     MAX_BATCH_BYTES,
@@ -28,8 +28,8 @@ from offsets_log.codec import (
     frame_crc_ok,
     peek_header,
 )
-from offsets_log.errors import CorruptLogError
-from offsets_log.index import OffsetIndex
+from raygroups.offsets_log.errors import CorruptLogError
+from raygroups.offsets_log.index import OffsetIndex
 
 SEGMENT_RE = re.compile(r"^(\d{20})\.log$")
 INDEX_RE = re.compile(r"^(\d{20})\.index$")

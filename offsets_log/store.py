@@ -23,9 +23,8 @@ import zlib
 from dataclasses import asdict, dataclass, field
 
 from pyarrow import fs as pafs
-
-from offsets_log.errors import LogError
-from offsets_log.segment import SEGMENT_RE
+from raygroups.offsets_log.errors import LogError
+from raygroups.offsets_log.segment import SEGMENT_RE
 
 MANIFEST = "manifest.json"
 COPY_CHUNK_BYTES = 4 << 20

@@ -28,9 +28,8 @@ from collections import deque
 from typing import Any
 
 import ray
-
-from placement.decide import decide
-from placement.model import (
+from raygroups.placement.decide import decide
+from raygroups.placement.model import (
     Commit,
     Decision,
     Event,
@@ -46,9 +45,9 @@ from placement.model import (
     SyncStates,
     bump,
 )
-from placement.nodes import coordinator_nodes, scheduling_for, unlabelled_warning
-from placement.plan import PartitionAssignment
-from placement.requests import on_expand_isr, on_leader_started, on_shrink_isr, readiness
+from raygroups.placement.nodes import coordinator_nodes, scheduling_for, unlabelled_warning
+from raygroups.placement.plan import PartitionAssignment
+from raygroups.placement.requests import on_expand_isr, on_leader_started, on_shrink_isr, readiness
 
 log = logging.getLogger(__name__)
 

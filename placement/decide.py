@@ -55,7 +55,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from placement.model import (
+from raygroups.placement.model import (
     HEALTHY,
     STARTING,
     Action,
@@ -73,7 +73,7 @@ from placement.model import (
     SyncStates,
     bump,
 )
-from placement.plan import PartitionAssignment, elect_leader, needs_leader_rebalance, plan
+from raygroups.placement.plan import PartitionAssignment, elect_leader, needs_leader_rebalance, plan
 
 # --------------------------------------------------------------------------- the round
 

@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from placement.nodes import NodeObservation
-from placement.plan import PartitionAssignment
+from raygroups.placement.nodes import NodeObservation
+from raygroups.placement.plan import PartitionAssignment
 
 # Ray's actor states in which an actor is not running yet (or again): not silence.
 STARTING = frozenset({"DEPENDENCIES_UNREADY", "PENDING_CREATION", "RESTARTING"})

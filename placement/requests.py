@@ -4,8 +4,8 @@ of its metadata (``placement.model``).
 
 from __future__ import annotations
 
-from placement.model import Metadata, Observations, ShardObservation, bump
-from placement.plan import PartitionAssignment
+from raygroups.placement.model import Metadata, Observations, ShardObservation, bump
+from raygroups.placement.plan import PartitionAssignment
 
 
 def on_leader_started(meta: Metadata, partition: int, node: str,

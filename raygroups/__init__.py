@@ -5,9 +5,9 @@ without Ray; the Ray parts (``deploy``, ``start_local``, ``connect``, ``Consumer
 on first use.
 """
 
-from coordinator.config import CoordinatorConfig
-from coordinator.errors import Errors
-from coordinator.partitioning import partition_for
+from raygroups.coordinator.config import CoordinatorConfig
+from raygroups.coordinator.errors import Errors
+from raygroups.coordinator.partitioning import partition_for
 
 __version__ = "0.1.0"
 

@@ -5,5 +5,5 @@ assignor guarantees); this module re-exports its public API unchanged, so ``from
 import X`` and ``raygroups.assignors.get_assignor(name)`` name the very same objects.
 """
 
-from coordinator.assignors import *  # noqa: F403  (the public API, re-exported unchanged)
-from coordinator.assignors import __all__  # noqa: F401
+from raygroups.coordinator.assignors import *  # noqa: F403  (the public API, re-exported unchanged)
+from raygroups.coordinator.assignors import __all__  # noqa: F401

@@ -22,18 +22,18 @@ from typing import Any
 
 import ray
 
-from coordinator.api import (
+from raygroups.client_api import GroupApi
+from raygroups.coordinator.api import (
     DeleteGroupsRequest,
     DescribeGroupsRequest,
     ListGroupsRequest,
     error_response,
     response_errors,
 )
-from coordinator.config import CoordinatorConfig
-from coordinator.errors import Errors
-from coordinator.messages import JoinGroupRequest, ListGroupsResponse
-from coordinator.partitioning import partition_for
-from raygroups.client_api import GroupApi
+from raygroups.coordinator.config import CoordinatorConfig
+from raygroups.coordinator.errors import Errors
+from raygroups.coordinator.messages import JoinGroupRequest, ListGroupsResponse
+from raygroups.coordinator.partitioning import partition_for
 from raygroups.ray_seam import Directory
 
 _RETRIABLE = frozenset(

@@ -10,9 +10,14 @@ from __future__ import annotations
 from concurrent.futures import Future
 from typing import Any
 
-from coordinator.api import DeleteGroupsRequest, DescribeGroupsRequest, ListGroupsRequest, OffsetDeleteRequest
-from coordinator.config import CoordinatorConfig
-from coordinator.messages import (
+from raygroups.coordinator.api import (
+    DeleteGroupsRequest,
+    DescribeGroupsRequest,
+    ListGroupsRequest,
+    OffsetDeleteRequest,
+)
+from raygroups.coordinator.config import CoordinatorConfig
+from raygroups.coordinator.messages import (
     DEFAULT_CLIENT_HOST,
     HeartbeatRequest,
     JoinGroupRequest,

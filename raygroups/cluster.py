@@ -19,16 +19,16 @@ from typing import Any
 
 import ray
 
-from coordinator.config import CoordinatorConfig
-from coordinator.messages import check_int, check_type
-from offsets_log.replica_state import (
+from raygroups.client import RayGroupClient
+from raygroups.coordinator.config import CoordinatorConfig
+from raygroups.coordinator.messages import check_int, check_type
+from raygroups.offsets_log.replica_state import (
     read_node_descriptor,
     read_topics_file,
     write_node_descriptor,
     write_topics_file,
 )
-from placement.nodes import validate_node_name
-from raygroups.client import RayGroupClient
+from raygroups.placement.nodes import validate_node_name
 from raygroups.ray_seam import (
     DEPLOYMENT_KEY,
     DEPLOYMENT_KEYS,

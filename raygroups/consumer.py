@@ -45,7 +45,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from actors.member import (
+from raygroups.actors.member import (
     DEFAULT_RETRY_BACKOFF_MS,
     CommitFailedError,
     ConsumerError,
@@ -61,15 +61,6 @@ from actors.member import (
     SendRequest,
     Wait,
 )
-from coordinator.messages import (
-    HeartbeatRequest,
-    JoinGroupRequest,
-    JoinGroupResponse,
-    OffsetCommitResponse,
-    OffsetFetchResponse,
-    SyncGroupResponse,
-    check_instance_id,
-)
 from raygroups.consumer_io import ConsumerIOMixin
 from raygroups.consumer_support import (
     _LISTENER_METHODS,
@@ -81,6 +72,15 @@ from raygroups.consumer_support import (
     _check_tp,
     _resolve_assignors,
     _WallClock,
+)
+from raygroups.coordinator.messages import (
+    HeartbeatRequest,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    OffsetCommitResponse,
+    OffsetFetchResponse,
+    SyncGroupResponse,
+    check_instance_id,
 )
 
 __all__ = [

@@ -20,8 +20,8 @@ from typing import Any
 
 import ray
 
-from coordinator.messages import check_int, check_type
 from raygroups.consumer import CommitFailedError, Consumer, ConsumerError, FatalConsumerError
+from raygroups.coordinator.messages import check_int, check_type
 from raygroups.ray_seam import create_worker
 from raygroups.sources import Source, SourceRecord, SyntheticSource
 

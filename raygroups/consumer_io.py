@@ -15,9 +15,9 @@ import threading
 import time
 from typing import Any
 
-from coordinator.errors import Errors
-from coordinator.messages import HeartbeatResponse, LeaveGroupRequest, OffsetCommitResponse
 from raygroups.consumer_support import _kwargs
+from raygroups.coordinator.errors import Errors
+from raygroups.coordinator.messages import HeartbeatResponse, LeaveGroupRequest, OffsetCommitResponse
 
 log = logging.getLogger("raygroups.consumer")
 

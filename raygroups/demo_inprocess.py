@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import itertools
 
-from coordinator.consumer_protocol import (
+from raygroups import Errors, partition_for
+from raygroups.assignors import range_assign
+from raygroups.coordinator.consumer_protocol import (
     Assignment,
     Subscription,
     decode_assignment,
@@ -17,8 +19,6 @@ from coordinator.consumer_protocol import (
     encode_assignment,
     encode_subscription,
 )
-from raygroups import Errors, partition_for
-from raygroups.assignors import range_assign
 from raygroups.testing import InProcessCoordinator, ManualClock
 
 GROUP = "demo"

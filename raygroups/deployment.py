@@ -21,11 +21,11 @@ from typing import Any
 
 import ray
 
-from coordinator.config import CoordinatorConfig
-from coordinator.messages import check_int, check_type
-from placement.model import Settings
-from placement.nodes import coordinator_nodes, unlabelled_warning
 from raygroups.cluster import DEFAULT_NAMESPACE, READY_TIMEOUT_S, Cluster
+from raygroups.coordinator.config import CoordinatorConfig
+from raygroups.coordinator.messages import check_int, check_type
+from raygroups.placement.model import Settings
+from raygroups.placement.nodes import coordinator_nodes, unlabelled_warning
 from raygroups.ray_seam import (
     DEPLOYMENT_KEY,
     ActorFactory,

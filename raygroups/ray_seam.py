@@ -17,11 +17,11 @@ import ray
 from ray.experimental import internal_kv
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from actors.log_server import LogServer
-from actors.shard_actor import CoordinatorShard
-from placement.controller import Controller
-from placement.model import Settings
-from placement.nodes import COORDINATOR_RESOURCE, NODE_LABEL  # noqa: F401  (re-exported: placement defines them)
+from raygroups.actors.log_server import LogServer
+from raygroups.actors.shard_actor import CoordinatorShard
+from raygroups.placement.controller import Controller
+from raygroups.placement.model import Settings
+from raygroups.placement.nodes import COORDINATOR_RESOURCE, NODE_LABEL  # noqa: F401  (re-exported: placement defines them)
 
 # ----------------------------------------------------------------------------------------------
 # Names, resources, GCS keys

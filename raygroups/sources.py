@@ -11,7 +11,7 @@ import hashlib
 import time
 from typing import NamedTuple, Protocol, runtime_checkable
 
-from coordinator.messages import check_int, check_type
+from raygroups.coordinator.messages import check_int, check_type
 
 
 class SourceRecord(NamedTuple):

@@ -22,20 +22,20 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from typing import Any
 
-from coordinator.api import dispatch
-from coordinator.clock import ManualClock
-from coordinator.config import CoordinatorConfig
-from coordinator.errors import AppendError, Errors, IllegalStateError
-from coordinator.group import ClassicGroup, GroupState
-from coordinator.messages import check_int, check_type
-from coordinator.records import Record
-from coordinator.runtime import CoordinatorRuntime, PartitionContext, PartitionState
-from coordinator.state import DurableState
-from offsets_log.batch import records_below
-from offsets_log.leader import append_as_leader
-from offsets_log.loader import LoadSummary, replay
-from offsets_log.memory import InMemoryLog
 from raygroups.client_api import GroupApi
+from raygroups.coordinator.api import dispatch
+from raygroups.coordinator.clock import ManualClock
+from raygroups.coordinator.config import CoordinatorConfig
+from raygroups.coordinator.errors import AppendError, Errors, IllegalStateError
+from raygroups.coordinator.group import ClassicGroup, GroupState
+from raygroups.coordinator.messages import check_int, check_type
+from raygroups.coordinator.records import Record
+from raygroups.coordinator.runtime import CoordinatorRuntime, PartitionContext, PartitionState
+from raygroups.coordinator.state import DurableState
+from raygroups.offsets_log.batch import records_below
+from raygroups.offsets_log.leader import append_as_leader
+from raygroups.offsets_log.loader import LoadSummary, replay
+from raygroups.offsets_log.memory import InMemoryLog
 
 __all__ = ["InProcessCoordinator", "ManualClock", "IllegalStateError"]
 
@@ -142,7 +142,7 @@ class InProcessCoordinator(GroupApi):
     def _open_log(self, partition: int):
         if self.log_dir is None:
             return self._memory_logs.setdefault(partition, InMemoryLog())
-        from offsets_log import open_log
+        from raygroups.offsets_log import open_log
 
         return open_log(
             os.path.join(self.log_dir, f"__consumer_offsets-{partition}"),
@@ -227,7 +227,7 @@ class InProcessCoordinator(GroupApi):
                 if log is None:
                     return []
             else:
-                from offsets_log import open_log
+                from raygroups.offsets_log import open_log
 
                 path = os.path.join(self.log_dir, f"__consumer_offsets-{partition}")
                 if not os.path.isdir(path):

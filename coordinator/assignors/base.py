@@ -11,7 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 
-from coordinator.consumer_protocol import Assignment, Subscription
+from raygroups.coordinator.consumer_protocol import Assignment, Subscription
 
 TopicPartition = tuple[str, int]
 

@@ -10,7 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from coordinator.assignors.base import Assignor, TopicPartition, _effective_topics, _to_assignments, _validate
+from raygroups.coordinator.assignors.base import (
+    Assignor,
+    TopicPartition,
+    _effective_topics,
+    _to_assignments,
+    _validate,
+)
 
 
 def range_assign(

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from itertools import pairwise
 
-from coordinator.assignors.base import (
+from raygroups.coordinator.assignors.base import (
     COOPERATIVE,
     DEFAULT_GENERATION,
     EAGER,
@@ -28,14 +28,14 @@ from coordinator.assignors.base import (
     _to_assignments,
     _validate,
 )
-from coordinator.assignors.userdata import (
+from raygroups.coordinator.assignors.userdata import (
     MemberData,
     decode_cooperative_user_data,
     decode_sticky_user_data,
     encode_cooperative_user_data,
     encode_sticky_user_data,
 )
-from coordinator.consumer_protocol import Subscription
+from raygroups.coordinator.consumer_protocol import Subscription
 
 
 @dataclass

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 from hypothesis import strategies as st
-
-from coordinator.records import (
+from raygroups.coordinator.records import (
     GroupMetadataKey,
     GroupMetadataValue,
     MemberMetadata,
     OffsetCommitKey,
     OffsetCommitValue,
 )
-from coordinator.state import DurableState
-from offsets_log.batch import Batch
+from raygroups.coordinator.state import DurableState
+from raygroups.offsets_log.batch import Batch
 
 GROUPS = st.sampled_from(["g0", "g1", "g2", "grüße-😀"])
 TOPICS = st.sampled_from(["t0", "t1"])

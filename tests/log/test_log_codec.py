@@ -7,15 +7,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from log_testlib import records
-
-from coordinator.records import (
+from raygroups.coordinator.records import (
     GroupMetadataKey,
     OffsetCommitKey,
     OffsetCommitValue,
     new_offset_commit_record,
 )
-from offsets_log.batch import Batch
-from offsets_log.codec import (
+from raygroups.offsets_log.batch import Batch
+from raygroups.offsets_log.codec import (
     PAYLOAD_MAGIC,
     RecordFormatError,
     decode_frame,

@@ -17,16 +17,15 @@ from log_testlib import (
     record_lists,
     sequential_state,
 )
-
-from coordinator.records import (
+from raygroups.coordinator.records import (
     new_group_metadata_tombstone_record,
     new_offset_commit_record,
     new_offset_commit_tombstone_record,
 )
-from coordinator.state import DurableState
-from offsets_log import CorruptLogError, open_log, replay
-from offsets_log.codec import encode_batch, encode_key
-from offsets_log.compactor import compact_batches, compact_segments
+from raygroups.coordinator.state import DurableState
+from raygroups.offsets_log import CorruptLogError, open_log, replay
+from raygroups.offsets_log.codec import encode_batch, encode_key
+from raygroups.offsets_log.compactor import compact_batches, compact_segments
 
 NO_FSYNC = {"fsync_for_testing": lambda fd: None}
 PROPS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -10,8 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from log_testlib import append_all, make_batches, record_lists, simple_batches
-
-from offsets_log import (
+from raygroups.offsets_log import (
     InMemoryLog,
     LogError,
     LogLockedError,
@@ -20,8 +19,8 @@ from offsets_log import (
     StaleEpochError,
     open_log,
 )
-from offsets_log.batch import Batch
-from offsets_log.codec import encode_batch
+from raygroups.offsets_log.batch import Batch
+from raygroups.offsets_log.codec import encode_batch
 
 NO_FSYNC = {"fsync_for_testing": lambda fd: None}
 PROPS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -148,7 +147,7 @@ def test_one_writer_per_directory(tmp_path):
     log = open_log(tmp_path / "p")
     with pytest.raises(LogLockedError, match="already open by another writer"):
         open_log(tmp_path / "p")
-    code = f"import offsets_log, sys\ntry:\n offsets_log.open_log({str(tmp_path / 'p')!r})\nexcept offsets_log.LogLockedError:\n sys.exit(3)\n"
+    code = f"from raygroups import offsets_log\nimport sys\ntry:\n offsets_log.open_log({str(tmp_path / 'p')!r})\nexcept offsets_log.LogLockedError:\n sys.exit(3)\n"
     assert subprocess.run([sys.executable, "-c", code], cwd=os.path.dirname(os.path.dirname(__file__))).returncode == 3
     log.close()
     open_log(tmp_path / "p").close()

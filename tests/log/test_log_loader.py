@@ -14,15 +14,14 @@ from log_testlib import (
     record_lists,
     sequential_state,
 )
-
-from coordinator.records import (
+from raygroups.coordinator.records import (
     new_group_metadata_record,
     new_group_metadata_tombstone_record,
     new_offset_commit_record,
     new_offset_commit_tombstone_record,
 )
-from coordinator.state import DurableState
-from offsets_log import InMemoryLog, LoadSummary, open_log, replay
+from raygroups.coordinator.state import DurableState
+from raygroups.offsets_log import InMemoryLog, LoadSummary, open_log, replay
 
 NO_FSYNC = {"fsync_for_testing": lambda fd: None}
 PROPS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -8,9 +8,8 @@ import shutil
 
 import pytest
 from log_testlib import append_all, make_batches, simple_batches
-
-from coordinator.state import DurableState
-from offsets_log import (
+from raygroups.coordinator.state import DurableState
+from raygroups.offsets_log import (
     CorruptLogError,
     LogError,
     LogFailedError,
@@ -19,9 +18,9 @@ from offsets_log import (
     open_log,
     replay,
 )
-from offsets_log.batch import Batch
-from offsets_log.codec import encode_batch
-from offsets_log.epochs import checkpoint_path, write_checkpoint
+from raygroups.offsets_log.batch import Batch
+from raygroups.offsets_log.codec import encode_batch
+from raygroups.offsets_log.epochs import checkpoint_path, write_checkpoint
 
 NO_FSYNC = {"fsync_for_testing": lambda fd: None}
 
@@ -281,7 +280,7 @@ def test_fsync_failure_in_interval_mode_fences_the_log(tmp_path):
 
 
 def test_operator_quarantine_cuts_at_the_damage_and_keeps_what_it_removes(tmp_path):
-    from offsets_log.repair import quarantine_from
+    from raygroups.offsets_log.repair import quarantine_from
 
     batches = simple_batches(40, per_batch=2)
     d = tmp_path / "p"

@@ -6,9 +6,8 @@ import os
 
 import pytest
 from log_testlib import append_all, simple_batches
-
-from offsets_log import open_log
-from offsets_log.store import SegmentStore, SegmentStoreError, file_crc32
+from raygroups.offsets_log import open_log
+from raygroups.offsets_log.store import SegmentStore, SegmentStoreError, file_crc32
 
 
 @pytest.fixture

@@ -7,15 +7,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from log_testlib import histories, narrow_histories, offsets_only_histories, record_lists
-
-from coordinator.records import (
+from raygroups.coordinator.records import (
     GROUP_METADATA_KEY_TYPE,
     OFFSET_COMMIT_KEY_TYPE,
     GroupMetadataKey,
     OffsetCommitKey,
 )
-from coordinator.replay_rules import GroupPresence, presence_needs
-from coordinator.state import DurableState
+from raygroups.coordinator.replay_rules import GroupPresence, presence_needs
+from raygroups.coordinator.state import DurableState
 
 any_history = st.one_of(record_lists, histories, narrow_histories, offsets_only_histories)
 

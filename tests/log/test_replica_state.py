@@ -9,11 +9,10 @@ import json
 import os
 
 import pytest
-
-from actors.log_server import LogServer
-from coordinator.records import new_offset_commit_record
-from offsets_log import Batch
-from offsets_log.replica_state import (
+from raygroups.actors.log_server import LogServer
+from raygroups.coordinator.records import new_offset_commit_record
+from raygroups.offsets_log import Batch
+from raygroups.offsets_log.replica_state import (
     ReplicaStateError,
     partition_dir,
     read_node_descriptor,

@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import pytest
+from raygroups.coordinator.consumer_protocol import Subscription, encode_subscription
 
-from coordinator.consumer_protocol import Subscription, encode_subscription
 from raygroups import Errors, partition_for
 
 pytestmark = pytest.mark.ray

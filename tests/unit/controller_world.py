@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from placement.decide import decide
-from placement.model import (
+from raygroups.placement.decide import decide
+from raygroups.placement.model import (
     Commit,
     Event,
     MarkLayout,
@@ -27,8 +27,8 @@ from placement.model import (
     SyncStates,
     bump,
 )
-from placement.nodes import NodeObservation
-from placement.requests import on_expand_isr, on_leader_started, on_shrink_isr
+from raygroups.placement.nodes import NodeObservation
+from raygroups.placement.requests import on_expand_isr, on_leader_started, on_shrink_isr
 
 NODES = ("node-0", "node-1", "node-2")
 

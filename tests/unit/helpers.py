@@ -112,26 +112,26 @@ class Ctx:
 def consumer_protocols(*topics, name="range"):
     """JoinGroup protocols of a ``consumer`` member subscribed to ``topics`` (Kafka's binary Subscription),
     so that the coordinator knows the group's subscribed topics."""
-    from coordinator.consumer_protocol import Subscription, encode_subscription
+    from raygroups.coordinator.consumer_protocol import Subscription, encode_subscription
 
     return ((name, encode_subscription(Subscription(topics=tuple(topics)))),)
 
 
 def offset_record(group, topic, partition, offset, commit_ms, leader_epoch=-1, metadata="", expire_ms=None):
     """The (key, value) pair an OffsetCommit writes."""
-    from coordinator.records import new_offset_commit_record
+    from raygroups.coordinator.records import new_offset_commit_record
 
     return new_offset_commit_record(group, topic, partition, offset, leader_epoch, metadata, commit_ms, expire_ms)
 
 
 def offset_tombstone(group, topic, partition):
-    from coordinator.records import new_offset_commit_tombstone_record
+    from raygroups.coordinator.records import new_offset_commit_tombstone_record
 
     return new_offset_commit_tombstone_record(group, topic, partition)
 
 
 def group_tombstone(group):
-    from coordinator.records import new_group_metadata_tombstone_record
+    from raygroups.coordinator.records import new_group_metadata_tombstone_record
 
     return new_group_metadata_tombstone_record(group)
 
@@ -139,7 +139,7 @@ def group_tombstone(group):
 # --- added for the group-protocol scenario tests (join/sync/heartbeat/leave/rebalance timing) ------
 def group_values(ctx, group_id=GROUP, partition=0):
     """The GroupMetadata values written for ``group_id``, in log order (``None`` = tombstone)."""
-    from coordinator.records import GroupMetadataKey
+    from raygroups.coordinator.records import GroupMetadataKey
 
     return [v for k, v in ctx.records(partition) if type(k) is GroupMetadataKey and k.group == group_id]
 

@@ -5,8 +5,8 @@ GroupMetadataManagerTest / GroupCoordinatorShardTest / OffsetMetadataManagerTest
 from __future__ import annotations
 
 import pytest
+from raygroups.coordinator.messages import DescribedMember
 
-from coordinator.messages import DescribedMember
 from raygroups import Errors
 from tests.unit.helpers import (
     GROUP,

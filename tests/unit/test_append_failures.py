@@ -251,7 +251,7 @@ def test_a_batch_failing_after_the_shard_stepped_down_still_answers_a_static_rej
     """A static member rejoining a Stable group is answered only by its write's callback; if the shard is
     unloaded (it stepped down: a newer leader exists) before its batch fails, the request still gets the
     error instead of waiting forever."""
-    from coordinator.runtime import PartitionState
+    from raygroups.coordinator.runtime import PartitionState
 
     ctx = Ctx()
     stable_static_group(ctx, ["i1", "i2"])

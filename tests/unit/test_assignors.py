@@ -15,8 +15,7 @@ from collections import Counter
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-
-from coordinator.consumer_protocol import (
+from raygroups.coordinator.consumer_protocol import (
     Assignment,
     Subscription,
     decode_assignment,
@@ -24,6 +23,7 @@ from coordinator.consumer_protocol import (
     encode_assignment,
     encode_subscription,
 )
+
 from raygroups.assignors import (
     ASSIGNORS,
     COOPERATIVE,

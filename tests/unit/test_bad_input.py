@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from raygroups.coordinator.config import CoordinatorConfig
 
-from coordinator.config import CoordinatorConfig
 from raygroups import Errors
 from tests.unit.helpers import GROUP, Ctx
 

@@ -2,8 +2,7 @@
 every timer whose deadline is ``<= now`` fires, in deadline order)."""
 
 import pytest
-
-from coordinator.clock import ManualClock
+from raygroups.coordinator.clock import ManualClock
 
 
 def test_advance_moves_time_then_fires_due_timers_in_deadline_order():

@@ -147,7 +147,7 @@ def test_workers_are_coordinator_nodes_with_stable_names(raw):
     assert substitution in options["--labels"]
     labels = parse_node_labels_string(options["--labels"].replace(substitution, "coord-host-1"))
     validate_node_labels(labels)  # not in Ray's reserved ray.io/ prefix, and a valid value
-    from placement.nodes import COORDINATOR_RESOURCE, NODE_LABEL, validate_node_name
+    from raygroups.placement.nodes import COORDINATOR_RESOURCE, NODE_LABEL, validate_node_name
 
     assert labels == {**dict([COORDINATOR_LABEL]), NODE_LABEL: "coord-host-1"}
     (name_command,) = [c for c in raw["worker_start_ray_commands"] if NAME_FILE in c and "ray start" not in c]

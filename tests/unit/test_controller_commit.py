@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import asyncio
 
-from actors.log_server import LogServer
-from offsets_log.replica_state import partition_dir, read_replica_state
-from placement.controller import Controller
-from placement.decide import decide
-from placement.model import Commit, NodeReport, Observations, ReplicaReport, Settings
-from placement.nodes import NodeObservation
-from placement.plan import PartitionAssignment
+from raygroups.actors.log_server import LogServer
+from raygroups.offsets_log.replica_state import partition_dir, read_replica_state
+from raygroups.placement.controller import Controller
+from raygroups.placement.decide import decide
+from raygroups.placement.model import Commit, NodeReport, Observations, ReplicaReport, Settings
+from raygroups.placement.nodes import NodeObservation
+from raygroups.placement.plan import PartitionAssignment
 
 NODES = ("A", "B", "C")
 

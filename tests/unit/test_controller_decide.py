@@ -5,9 +5,8 @@ Each test drives a ``World`` with a manual clock and asserts on partition states
 from __future__ import annotations
 
 import pytest
-
-from placement.decide import decide
-from placement.model import (
+from raygroups.placement.decide import decide
+from raygroups.placement.model import (
     Commit,
     Metadata,
     NodeReport,
@@ -17,9 +16,16 @@ from placement.model import (
     ShardObservation,
     StartShard,
 )
-from placement.nodes import NodeObservation, coordinator_nodes, name_of, scheduling_for, validate_node_name
-from placement.plan import PartitionAssignment
-from placement.requests import on_expand_isr, on_shrink_isr, readiness
+from raygroups.placement.nodes import (
+    NodeObservation,
+    coordinator_nodes,
+    name_of,
+    scheduling_for,
+    validate_node_name,
+)
+from raygroups.placement.plan import PartitionAssignment
+from raygroups.placement.requests import on_expand_isr, on_shrink_isr, readiness
+
 from tests.unit.controller_world import World
 
 

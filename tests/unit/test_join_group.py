@@ -6,8 +6,8 @@ GroupMetadataManagerTest classic-group tests (names in each docstring). Member i
 from __future__ import annotations
 
 import pytest
+from raygroups.coordinator.records import GroupMetadataKey, GroupMetadataValue, MemberMetadata
 
-from coordinator.records import GroupMetadataKey, GroupMetadataValue, MemberMetadata
 from raygroups import Errors
 from tests.unit.helpers import (
     GROUP,

@@ -6,8 +6,8 @@ load/unload-with-epoch tests are the models)."""
 from __future__ import annotations
 
 import pytest
+from raygroups.coordinator.messages import JoinGroupResponse, SyncGroupResponse
 
-from coordinator.messages import JoinGroupResponse, SyncGroupResponse
 from raygroups import Errors
 from tests.unit.helpers import GROUP, Ctx, consumer_protocols
 
@@ -342,7 +342,7 @@ def test_first_rebalance_lost_leaves_an_empty_group():
 # ----------------------------------------------------------------------------------------------
 def test_group_over_max_size_rebalances_after_load(tmp_path):
     try:
-        from offsets_log import open_log  # noqa: F401
+        from raygroups.offsets_log import open_log  # noqa: F401
     except ImportError as e:  # pragma: no cover - the file log is developed in parallel
         pytest.skip(f"file log not available: {e}")
     first = Ctx(config={"group.max.size": 3}, log_dir=tmp_path)

@@ -6,8 +6,7 @@ coordinator answer, and the member's next move."""
 from __future__ import annotations
 
 import pytest
-
-from actors.member import (
+from raygroups.actors.member import (
     COOPERATIVE,
     EAGER,
     CommitFailedError,
@@ -25,14 +24,14 @@ from actors.member import (
     Wait,
     rebalance_protocol_of,
 )
-from coordinator.consumer_protocol import (
+from raygroups.coordinator.consumer_protocol import (
     Assignment,
     decode_assignment,
     decode_subscription,
     encode_assignment,
 )
-from coordinator.errors import Errors
-from coordinator.messages import (
+from raygroups.coordinator.errors import Errors
+from raygroups.coordinator.messages import (
     HeartbeatRequest,
     HeartbeatResponse,
     JoinGroupMember,
@@ -45,6 +44,7 @@ from coordinator.messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
+
 from raygroups.assignors import range_assign
 
 T = "t"

@@ -6,8 +6,8 @@ generation answers ILLEGAL_GENERATION."""
 from __future__ import annotations
 
 import pytest
+from raygroups.coordinator.records import GroupMetadataKey
 
-from coordinator.records import GroupMetadataKey
 from raygroups import Errors
 from tests.unit.helpers import GROUP, Ctx, offset_record
 

@@ -6,14 +6,13 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
-from actors.partition_writer import AppendFailed, LocalWriter, append_failure
-from actors.replication import Deposed
-from coordinator.errors import AppendError, Errors, map_append_error
-from coordinator.records import new_offset_commit_record
-from coordinator.state import DurableState
-from offsets_log import open_log, replay
-from offsets_log.errors import CorruptLogError, StaleEpochError
+from raygroups.actors.partition_writer import AppendFailed, LocalWriter, append_failure
+from raygroups.actors.replication import Deposed
+from raygroups.coordinator.errors import AppendError, Errors, map_append_error
+from raygroups.coordinator.records import new_offset_commit_record
+from raygroups.coordinator.state import DurableState
+from raygroups.offsets_log import open_log, replay
+from raygroups.offsets_log.errors import CorruptLogError, StaleEpochError
 
 
 @pytest.mark.parametrize(("failure", "replicated", "error", "step_down", "client_error"), [

@@ -2,8 +2,7 @@
 ``String.hashCode`` values, including strings whose hash is Integer.MIN_VALUE (``Utils.abs`` maps it to 0)."""
 
 import pytest
-
-from coordinator.partitioning import java_string_hash, partition_for
+from raygroups.coordinator.partitioning import java_string_hash, partition_for
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,7 @@ from collections import Counter
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-
-from placement.plan import (
+from raygroups.placement.plan import (
     PartitionAssignment,
     Plan,
     elect_leader,

@@ -7,8 +7,8 @@ timer is driven by the ManualClock: ``advance(ms)`` fires timers whose deadline 
 from __future__ import annotations
 
 import pytest
+from raygroups.coordinator.records import GroupMetadataKey, GroupMetadataValue
 
-from coordinator.records import GroupMetadataKey, GroupMetadataValue
 from raygroups import Errors
 from tests.unit.helpers import GROUP, Ctx, complete_initial_join, group_values, replay_matches_after_test
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import asyncio
 
-from actors.log_server import LogServer
-from actors.replication import LeaderReplication
-from coordinator.errors import Errors
-from coordinator.records import new_offset_commit_record
-from offsets_log import Batch, open_log
+from raygroups.actors.log_server import LogServer
+from raygroups.actors.replication import LeaderReplication
+from raygroups.coordinator.errors import Errors
+from raygroups.coordinator.records import new_offset_commit_record
+from raygroups.offsets_log import Batch, open_log
 
 
 class Handle:
@@ -188,7 +188,7 @@ def test_too_few_in_sync_replicas_refuses_the_write_and_renews_the_epoch(tmp_pat
 def test_leadership_lease_expires_without_confirmation(tmp_path):
     """A leader the controller has not confirmed for LEADERSHIP_LEASE_S (a paused process) stops
     answering; a maintenance round that confirms it renews the lease."""
-    from actors.replication import LEADERSHIP_LEASE_S
+    from raygroups.actors.replication import LEADERSHIP_LEASE_S
 
     async def scenario():
         leader_log, follower, rep = setup(tmp_path)

@@ -16,16 +16,16 @@ from __future__ import annotations
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-
-from coordinator.consumer_protocol import (
+from raygroups.coordinator.consumer_protocol import (
     Assignment,
     Subscription,
     decode_assignment,
     encode_assignment,
     encode_subscription,
 )
-from coordinator.group import GroupState
-from coordinator.records import GroupMetadataKey, OffsetCommitKey
+from raygroups.coordinator.group import GroupState
+from raygroups.coordinator.records import GroupMetadataKey, OffsetCommitKey
+
 from raygroups import Errors
 from tests.unit.helpers import Ctx
 

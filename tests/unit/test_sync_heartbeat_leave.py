@@ -5,8 +5,8 @@
 from __future__ import annotations
 
 import pytest
+from raygroups.coordinator.records import GroupMetadataKey
 
-from coordinator.records import GroupMetadataKey
 from raygroups import Errors
 from tests.unit.helpers import (
     GROUP,
