@@ -1,7 +1,7 @@
 """``CoordinatorShard``: one ``__consumer_offsets`` partition as an asyncio Ray actor (a plain class here;
 ``raygroups.ray_seam`` applies the Ray options).
 
-Write path (DESIGN.md): a request runs the pure core at once (records replayed speculatively) and joins
+Write path: a request runs the pure core at once (records replayed speculatively) and joins
 the open batch; one batch is appended at a time on an I/O thread (fsync off the event loop) while the
 next one accumulates — group commit; responses are released only when their batch, and every earlier
 one, is durable, so reads never see an effect that might be lost. If an append fails, that batch and

@@ -1,6 +1,6 @@
 """``raygroups.Consumer``: a member of a consumer group, with Kafka's consumer semantics.
 
-The protocol decisions live in ``actors.member.GroupMember`` (pure); this module is the shell around it:
+The protocol decisions live in ``membership.member.GroupMember`` (pure); this module is the shell around it:
 it sends the requests through ``cluster.client()``, runs the heartbeat thread, keeps positions, runs
 auto-commit and invokes the rebalance listener.
 
@@ -45,22 +45,6 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from raygroups.actors.member import (
-    DEFAULT_RETRY_BACKOFF_MS,
-    CommitFailedError,
-    ConsumerError,
-    FatalConsumerError,
-    FencedInstanceIdError,
-    GroupMaxSizeReachedError,
-    GroupMember,
-    JoinComplete,
-    ListenerEvent,
-    MemberState,
-    PrepareJoin,
-    RebalanceInProgressError,
-    SendRequest,
-    Wait,
-)
 from raygroups.consumer_io import ConsumerIOMixin
 from raygroups.consumer_support import (
     _LISTENER_METHODS,
@@ -81,6 +65,22 @@ from raygroups.coordinator.messages import (
     OffsetFetchResponse,
     SyncGroupResponse,
     check_instance_id,
+)
+from raygroups.membership.member import (
+    DEFAULT_RETRY_BACKOFF_MS,
+    CommitFailedError,
+    ConsumerError,
+    FatalConsumerError,
+    FencedInstanceIdError,
+    GroupMaxSizeReachedError,
+    GroupMember,
+    JoinComplete,
+    ListenerEvent,
+    MemberState,
+    PrepareJoin,
+    RebalanceInProgressError,
+    SendRequest,
+    Wait,
 )
 
 __all__ = [

@@ -20,6 +20,7 @@ PATTERNS = [
     ("appendix of an outside document", re.compile(r"\bAppendix\s+[AB]\b")),
     ("outside document", re.compile(r"kafka-group-protocol\.md", re.IGNORECASE)),
     ("outside directory", re.compile(r"shared/reference", re.IGNORECASE)),
+    ("outside design document", re.compile(r"\b(DESIGN|CONVENTIONS)\.md\b")),
     ("issue-tracker number", re.compile(r"\bissue\s*#?\d+", re.IGNORECASE)),
 ]
 
@@ -66,6 +67,8 @@ def test_the_scan_covers_the_repository():
         "Goals (Issue 5): failover",
         "fixed in issue #3",
         "see issue#12",
+        "Write path (DESIGN.md): a request",
+        'A state machine (CONVENTIONS.md, "Tests").',
     ],
 )
 def test_outside_citations_are_recognised(line):

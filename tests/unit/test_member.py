@@ -1,4 +1,4 @@
-"""The member state machine (actors.member) on its own: feed responses, assert requests, events, state.
+"""The member state machine (membership.member) on its own: feed responses, assert requests, events, state.
 
 Each test reads as Kafka's AbstractCoordinatorTest/ConsumerCoordinatorTest do: a member, a scripted
 coordinator answer, and the member's next move."""
@@ -6,24 +6,6 @@ coordinator answer, and the member's next move."""
 from __future__ import annotations
 
 import pytest
-from raygroups.actors.member import (
-    COOPERATIVE,
-    EAGER,
-    CommitFailedError,
-    ConsumerError,
-    FatalConsumerError,
-    FencedInstanceIdError,
-    GroupMaxSizeReachedError,
-    GroupMember,
-    JoinComplete,
-    ListenerEvent,
-    MemberState,
-    PrepareJoin,
-    RebalanceInProgressError,
-    SendRequest,
-    Wait,
-    rebalance_protocol_of,
-)
 from raygroups.coordinator.consumer_protocol import (
     Assignment,
     decode_assignment,
@@ -43,6 +25,24 @@ from raygroups.coordinator.messages import (
     PartitionOffset,
     SyncGroupRequest,
     SyncGroupResponse,
+)
+from raygroups.membership.member import (
+    COOPERATIVE,
+    EAGER,
+    CommitFailedError,
+    ConsumerError,
+    FatalConsumerError,
+    FencedInstanceIdError,
+    GroupMaxSizeReachedError,
+    GroupMember,
+    JoinComplete,
+    ListenerEvent,
+    MemberState,
+    PrepareJoin,
+    RebalanceInProgressError,
+    SendRequest,
+    Wait,
+    rebalance_protocol_of,
 )
 
 from raygroups.assignors import range_assign

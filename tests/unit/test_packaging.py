@@ -19,7 +19,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE_FOLDERS = {"raygroups": "raygroups", "coordinator": "raygroups.coordinator",
                   "offsets_log": "raygroups.offsets_log", "actors": "raygroups.actors",
-                  "placement": "raygroups.placement"}
+                  "placement": "raygroups.placement",
+                  "membership": "raygroups.membership"}
 
 
 @pytest.fixture(scope="module")

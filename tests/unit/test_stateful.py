@@ -1,4 +1,4 @@
-"""A hypothesis state machine over the whole classic protocol (CONVENTIONS.md, "Tests").
+"""A hypothesis state machine over the whole classic protocol.
 
 Random clients (dynamic and static) join, sync, heartbeat, commit, leave and disappear while the clock
 moves, appends fail and the partition is unloaded and reloaded. After every step:

@@ -2,7 +2,7 @@
 listener events it reports.
 
 All are immutable values (frozen dataclasses, a ``NamedTuple``, a ``str`` enum): the state machine never
-changes one after handing it out. Re-exported by ``actors.member``.
+changes one after handing it out. Re-exported by ``membership.member``.
 """
 
 from __future__ import annotations

@@ -11,13 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from raygroups.actors.member_errors import (
-    CommitFailedError,
-    ConsumerError,
-    FencedInstanceIdError,
-    RebalanceInProgressError,
-)
-from raygroups.actors.member_events import MemberState, TopicPartition
 from raygroups.coordinator.errors import Errors
 from raygroups.coordinator.messages import (
     OffsetCommitRequest,
@@ -25,6 +18,13 @@ from raygroups.coordinator.messages import (
     OffsetFetchRequest,
     OffsetFetchResponse,
 )
+from raygroups.membership.errors import (
+    CommitFailedError,
+    ConsumerError,
+    FencedInstanceIdError,
+    RebalanceInProgressError,
+)
+from raygroups.membership.events import MemberState, TopicPartition
 
 
 class MemberOffsetsMixin:

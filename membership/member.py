@@ -22,28 +22,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from raygroups.actors.member_errors import (
-    CommitFailedError,
-    ConsumerError,
-    FatalConsumerError,
-    FencedInstanceIdError,
-    GroupMaxSizeReachedError,
-    RebalanceInProgressError,
-)
-from raygroups.actors.member_events import (
-    COOPERATIVE,
-    EAGER,
-    Generation,
-    JoinComplete,
-    ListenerEvent,
-    MemberState,
-    PrepareJoin,
-    SendRequest,
-    TopicPartition,
-    Wait,
-)
-from raygroups.actors.member_offsets import MemberOffsetsMixin
-from raygroups.coordinator.assignors import Assignor
 from raygroups.coordinator.consumer_protocol import (
     PROTOCOL_TYPE,
     Assignment,
@@ -65,6 +43,28 @@ from raygroups.coordinator.messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
+from raygroups.membership.assignors import Assignor
+from raygroups.membership.errors import (
+    CommitFailedError,
+    ConsumerError,
+    FatalConsumerError,
+    FencedInstanceIdError,
+    GroupMaxSizeReachedError,
+    RebalanceInProgressError,
+)
+from raygroups.membership.events import (
+    COOPERATIVE,
+    EAGER,
+    Generation,
+    JoinComplete,
+    ListenerEvent,
+    MemberState,
+    PrepareJoin,
+    SendRequest,
+    TopicPartition,
+    Wait,
+)
+from raygroups.membership.offsets import MemberOffsetsMixin
 
 __all__ = [
     "COOPERATIVE",

@@ -30,16 +30,16 @@ Modules: ``base`` (the ``Assignor`` interface and shared helpers), ``simple`` (`
 
 from __future__ import annotations
 
-from raygroups.coordinator.assignors.base import (
+from raygroups.membership.assignors.base import (
     COOPERATIVE,
     DEFAULT_GENERATION,
     EAGER,
     Assignor,
     TopicPartition,
 )
-from raygroups.coordinator.assignors.simple import RangeAssignor, RoundRobinAssignor, range_assign
-from raygroups.coordinator.assignors.sticky import CooperativeStickyAssignor, StickyAssignor
-from raygroups.coordinator.assignors.userdata import (
+from raygroups.membership.assignors.simple import RangeAssignor, RoundRobinAssignor, range_assign
+from raygroups.membership.assignors.sticky import CooperativeStickyAssignor, StickyAssignor
+from raygroups.membership.assignors.userdata import (
     MemberData,
     decode_cooperative_user_data,
     decode_sticky_user_data,

@@ -17,7 +17,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from itertools import pairwise
 
-from raygroups.coordinator.assignors.base import (
+from raygroups.coordinator.consumer_protocol import Subscription
+from raygroups.membership.assignors.base import (
     COOPERATIVE,
     DEFAULT_GENERATION,
     EAGER,
@@ -28,14 +29,13 @@ from raygroups.coordinator.assignors.base import (
     _to_assignments,
     _validate,
 )
-from raygroups.coordinator.assignors.userdata import (
+from raygroups.membership.assignors.userdata import (
     MemberData,
     decode_cooperative_user_data,
     decode_sticky_user_data,
     encode_cooperative_user_data,
     encode_sticky_user_data,
 )
-from raygroups.coordinator.consumer_protocol import Subscription
 
 
 @dataclass

@@ -12,7 +12,7 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from raygroups.coordinator.assignors.base import DEFAULT_GENERATION, TopicPartition
+from raygroups.membership.assignors.base import DEFAULT_GENERATION, TopicPartition
 
 
 @dataclass(frozen=True)

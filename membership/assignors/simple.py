@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from raygroups.coordinator.assignors.base import (
+from raygroups.membership.assignors.base import (
     Assignor,
     TopicPartition,
     _effective_topics,
