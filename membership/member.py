@@ -65,6 +65,7 @@ from raygroups.membership.events import (
     Wait,
 )
 from raygroups.membership.offsets import MemberOffsetsMixin
+from raygroups.membership.reactions import HEARTBEAT, JOIN_GROUP, SYNC_GROUP, Reaction
 
 __all__ = [
     "COOPERATIVE",
@@ -317,30 +318,31 @@ class GroupMember(MemberOffsetsMixin):
             return
         if self.state is MemberState.PREPARING_REBALANCE:
             self.state = MemberState.UNJOINED
-        if error is Errors.MEMBER_ID_REQUIRED:
-            self.generation = Generation(NO_GENERATION, response.member_id, None)
-            self.request_rejoin(f"need to re-join with the given member-id: {response.member_id}")
-        elif error is Errors.UNKNOWN_MEMBER_ID:
-            if request.member_id == self.member_id:
-                self._reset("encountered UNKNOWN_MEMBER_ID from JoinGroup", True)
-            self.request_rejoin("rebalance failed due to UNKNOWN_MEMBER_ID")
-        elif error is Errors.REBALANCE_IN_PROGRESS:
-            self.request_rejoin("rebalance failed due to REBALANCE_IN_PROGRESS")
-        elif error is Errors.COORDINATOR_LOAD_IN_PROGRESS:
-            self._backoff(now_ms)
-        elif error in (Errors.COORDINATOR_NOT_AVAILABLE, Errors.NOT_COORDINATOR):
-            self.mark_coordinator_unknown(now_ms)
-            self._backoff(now_ms)
-        elif error is Errors.FENCED_INSTANCE_ID:
-            self._fail(FencedInstanceIdError(error, f"group instance id {self.group_instance_id!r} was fenced "
-                                                    "by another consumer (JoinGroup)"))
-        elif error is Errors.GROUP_MAX_SIZE_REACHED:
-            if not self.is_static:
-                self._reset("GROUP_MAX_SIZE_REACHED", True)
-            self._fail(GroupMaxSizeReachedError(error, f"group {self.group_id!r} already has the configured "
-                                                       "maximum number of members"))
-        else:
-            self._fail(FatalConsumerError(error, "JoinGroup failed"))
+        match JOIN_GROUP[error]:
+            case Reaction.NEW_MEMBER_ID:
+                self.generation = Generation(NO_GENERATION, response.member_id, None)
+                self.request_rejoin(f"need to re-join with the given member-id: {response.member_id}")
+            case Reaction.RESET_MEMBER:
+                if request.member_id == self.member_id:
+                    self._reset(f"encountered {error.name} from JoinGroup", True)
+                self.request_rejoin(f"rebalance failed due to {error.name}")
+            case Reaction.REJOIN:
+                self.request_rejoin(f"rebalance failed due to {error.name}")
+            case Reaction.RETRY:
+                self._backoff(now_ms)
+            case Reaction.REDISCOVER:
+                self.mark_coordinator_unknown(now_ms)
+                self._backoff(now_ms)
+            case Reaction.FENCED:
+                self._fail(FencedInstanceIdError(error, f"group instance id {self.group_instance_id!r} was "
+                                                        "fenced by another consumer (JoinGroup)"))
+            case Reaction.GROUP_FULL:
+                if not self.is_static:
+                    self._reset(error.name, True)
+                self._fail(GroupMaxSizeReachedError(error, f"group {self.group_id!r} already has the "
+                                                           "configured maximum number of members"))
+            case _:
+                self._fail(FatalConsumerError(error, "JoinGroup failed"))
 
     def _on_join_success(self, response: JoinGroupResponse, now_ms: int,
                          partitions_per_topic: Mapping[str, int] | None) -> None:
@@ -426,23 +428,24 @@ class GroupMember(MemberOffsetsMixin):
                                               f"SyncGroup protocol {response.protocol_name!r}"))
                 return None
             return self._on_sync_success(response)
-        if error is Errors.REBALANCE_IN_PROGRESS:
-            self.request_rejoin("SyncGroup: the group began another rebalance")
-        elif error in (Errors.UNKNOWN_MEMBER_ID, Errors.ILLEGAL_GENERATION):
-            if unchanged:
-                # ILLEGAL_GENERATION keeps the member id: the member itself is still valid (Kafka 3.x).
-                self._reset(f"encountered {error.name} from SyncGroup", error is Errors.UNKNOWN_MEMBER_ID)
-            self.request_rejoin(f"rebalance failed due to {error.name}")
-        elif error in (Errors.COORDINATOR_NOT_AVAILABLE, Errors.NOT_COORDINATOR, Errors.COORDINATOR_LOAD_IN_PROGRESS):
-            if error is not Errors.COORDINATOR_LOAD_IN_PROGRESS:
-                self.mark_coordinator_unknown(now_ms)
-            self.request_rejoin(f"rebalance failed due to {error.name}")
-            self._backoff(now_ms)
-        elif error is Errors.FENCED_INSTANCE_ID:
-            self._fail(FencedInstanceIdError(error, f"group instance id {self.group_instance_id!r} was fenced "
-                                                    "by another consumer (SyncGroup)"))
-        else:
-            self._fail(FatalConsumerError(error, "SyncGroup failed"))
+        match reaction := SYNC_GROUP[error]:
+            case Reaction.REJOIN:
+                self.request_rejoin("SyncGroup: the group began another rebalance")
+            case Reaction.RESET_MEMBER | Reaction.RESET_GENERATION:
+                if unchanged:
+                    # ILLEGAL_GENERATION keeps the member id: the member itself is still valid (Kafka 3.x).
+                    self._reset(f"encountered {error.name} from SyncGroup", reaction is Reaction.RESET_MEMBER)
+                self.request_rejoin(f"rebalance failed due to {error.name}")
+            case Reaction.REDISCOVER | Reaction.RETRY:
+                if reaction is Reaction.REDISCOVER:
+                    self.mark_coordinator_unknown(now_ms)
+                self.request_rejoin(f"rebalance failed due to {error.name}")
+                self._backoff(now_ms)
+            case Reaction.FENCED:
+                self._fail(FencedInstanceIdError(error, f"group instance id {self.group_instance_id!r} was "
+                                                        "fenced by another consumer (SyncGroup)"))
+            case _:
+                self._fail(FatalConsumerError(error, "SyncGroup failed"))
         return None
 
     def _on_sync_success(self, response: SyncGroupResponse) -> JoinComplete | None:
@@ -530,22 +533,24 @@ class GroupMember(MemberOffsetsMixin):
         unchanged = (request.generation_id == self.generation_id and request.member_id == self.member_id)
         if error is Errors.NONE:
             self._session_deadline_ms = now_ms + self.session_timeout_ms
-        elif error in (Errors.COORDINATOR_NOT_AVAILABLE, Errors.NOT_COORDINATOR):
-            self.mark_coordinator_unknown(now_ms)
-            self._next_heartbeat_ms = now_ms + self.retry_backoff_ms
-        elif error is Errors.REBALANCE_IN_PROGRESS:
-            self._session_deadline_ms = now_ms + self.session_timeout_ms
-            if self.state is MemberState.STABLE and unchanged:
-                self.request_rejoin("group is already rebalancing")
-        elif error in (Errors.ILLEGAL_GENERATION, Errors.UNKNOWN_MEMBER_ID, Errors.FENCED_INSTANCE_ID):
-            if not unchanged:
-                return  # an answer to an older generation: ignore, as Kafka does
-            self._reset(f"encountered {error.name} from Heartbeat", error is not Errors.ILLEGAL_GENERATION)
-            if error is Errors.FENCED_INSTANCE_ID:
-                self._fail(FencedInstanceIdError(error, f"group instance id {self.group_instance_id!r} was "
-                                                        "fenced by another consumer (Heartbeat)"))
-        else:
-            self._next_heartbeat_ms = now_ms + self.retry_backoff_ms
+            return
+        match reaction := HEARTBEAT[error]:
+            case Reaction.REDISCOVER:
+                self.mark_coordinator_unknown(now_ms)
+                self._next_heartbeat_ms = now_ms + self.retry_backoff_ms
+            case Reaction.REJOIN:
+                self._session_deadline_ms = now_ms + self.session_timeout_ms
+                if self.state is MemberState.STABLE and unchanged:
+                    self.request_rejoin("group is already rebalancing")
+            case Reaction.RESET_GENERATION | Reaction.RESET_MEMBER | Reaction.FENCED:
+                if not unchanged:
+                    return  # an answer to an older generation: ignore, as Kafka does
+                self._reset(f"encountered {error.name} from Heartbeat", reaction is not Reaction.RESET_GENERATION)
+                if reaction is Reaction.FENCED:
+                    self._fail(FencedInstanceIdError(error, f"group instance id {self.group_instance_id!r} was "
+                                                            "fenced by another consumer (Heartbeat)"))
+            case _:
+                self._next_heartbeat_ms = now_ms + self.retry_backoff_ms
 
     def maybe_leave_group(self, reason: str) -> LeaveGroupRequest | None:
         """Leave: a LeaveGroup request for a joined dynamic member (static members never send one), and in

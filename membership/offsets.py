@@ -1,5 +1,5 @@
-"""Offsets for ``GroupMember``: OffsetCommit/OffsetFetch requests and the classification of their errors,
-as Kafka's ``ConsumerCoordinator`` does it (retry, rediscover the coordinator, rejoin, or fail).
+"""Offsets for ``GroupMember``: OffsetCommit/OffsetFetch requests and what their errors do, as Kafka's
+``ConsumerCoordinator`` does it (the tables are in ``reactions``: retry, rediscover, rejoin, or fail).
 
 Split out of ``member.py`` by concern; it relies on the member's ``state``, ``generation``, identity fields
 and the helpers ``raise_if_fatal``, ``mark_coordinator_unknown``, ``request_rejoin``, ``_reset`` and
@@ -25,6 +25,7 @@ from raygroups.membership.errors import (
     RebalanceInProgressError,
 )
 from raygroups.membership.events import MemberState, TopicPartition
+from raygroups.membership.reactions import OFFSET_COMMIT, OFFSET_FETCH, OFFSET_FETCH_PARTITION, Reaction
 
 
 class MemberOffsetsMixin:
@@ -53,32 +54,35 @@ class MemberOffsetsMixin:
         for error in response.errors.values():
             if error is Errors.NONE:
                 continue
-            if error in (Errors.COORDINATOR_LOAD_IN_PROGRESS, Errors.UNKNOWN_TOPIC_OR_PARTITION):
-                return False
-            if error in (Errors.COORDINATOR_NOT_AVAILABLE, Errors.NOT_COORDINATOR, Errors.REQUEST_TIMED_OUT):
-                self.mark_coordinator_unknown(now_ms)
-                return False
-            if error is Errors.FENCED_INSTANCE_ID:
-                if unchanged:
-                    self._reset("encountered FENCED_INSTANCE_ID from OffsetCommit", True)
-                    self._fail(FencedInstanceIdError(error, f"group instance id {self.group_instance_id!r} was "
-                                                            "fenced by another consumer (OffsetCommit)"))
-                    raise self.fatal_error
-                if self.state is MemberState.PREPARING_REBALANCE:
-                    raise RebalanceInProgressError(error, "the commit's generation is stale; poll() and retry")
-                raise CommitFailedError(error, "the commit's generation is stale")
-            if error is Errors.REBALANCE_IN_PROGRESS:
-                self.request_rejoin("offset commit failed since group is already rebalancing")
-                raise RebalanceInProgressError(error, "the group is rebalancing; call poll() to complete the "
-                                                      "rebalance, then commit again")
-            if error in (Errors.UNKNOWN_MEMBER_ID, Errors.ILLEGAL_GENERATION):
-                if not unchanged and self.state is MemberState.PREPARING_REBALANCE:
-                    raise RebalanceInProgressError(error, "the commit's generation is stale; poll() and retry")
-                if unchanged:
-                    self._reset(f"encountered {error.name} from OffsetCommit", error is Errors.UNKNOWN_MEMBER_ID)
-                raise CommitFailedError(error, "the group has already rebalanced and assigned the partitions to "
-                                               "another member")
-            raise ConsumerError(error, "offset commit failed")
+            match reaction := OFFSET_COMMIT[error]:
+                case Reaction.RETRY:
+                    return False
+                case Reaction.REDISCOVER:
+                    self.mark_coordinator_unknown(now_ms)
+                    return False
+                case Reaction.FENCED:
+                    if unchanged:
+                        self._reset(f"encountered {error.name} from OffsetCommit", True)
+                        self._fail(FencedInstanceIdError(error, f"group instance id {self.group_instance_id!r} "
+                                                                "was fenced by another consumer (OffsetCommit)"))
+                        raise self.fatal_error
+                    if self.state is MemberState.PREPARING_REBALANCE:
+                        raise RebalanceInProgressError(error, "the commit's generation is stale; poll() and retry")
+                    raise CommitFailedError(error, "the commit's generation is stale")
+                case Reaction.REJOIN:
+                    self.request_rejoin("offset commit failed since group is already rebalancing")
+                    raise RebalanceInProgressError(error, "the group is rebalancing; call poll() to complete the "
+                                                          "rebalance, then commit again")
+                case Reaction.RESET_MEMBER | Reaction.RESET_GENERATION:
+                    if not unchanged and self.state is MemberState.PREPARING_REBALANCE:
+                        raise RebalanceInProgressError(error, "the commit's generation is stale; poll() and retry")
+                    if unchanged:
+                        self._reset(f"encountered {error.name} from OffsetCommit",
+                                    reaction is Reaction.RESET_MEMBER)
+                    raise CommitFailedError(error, "the group has already rebalanced and assigned the partitions "
+                                                   "to another member")
+                case _:
+                    raise ConsumerError(error, "offset commit failed")
         return True
 
     def fetch_request(self, partitions: Sequence[TopicPartition]) -> OffsetFetchRequest:
@@ -89,18 +93,25 @@ class MemberOffsetsMixin:
                           now_ms: int) -> dict[TopicPartition, int | None] | None:
         """Committed offsets (None: nothing committed), or None when the fetch should be retried."""
         error = response.error
-        if error in (Errors.COORDINATOR_NOT_AVAILABLE, Errors.NOT_COORDINATOR):
-            self.mark_coordinator_unknown(now_ms)
-            return None
-        if error in (Errors.COORDINATOR_LOAD_IN_PROGRESS, Errors.UNSTABLE_OFFSET_COMMIT):
-            return None
         if error is not Errors.NONE:
-            raise ConsumerError(error, "offset fetch failed")
+            match OFFSET_FETCH[error]:
+                case Reaction.REDISCOVER:
+                    self.mark_coordinator_unknown(now_ms)
+                    return None
+                case Reaction.RETRY:
+                    return None
+                case _:
+                    raise ConsumerError(error, "offset fetch failed")
         out: dict[TopicPartition, int | None] = {}
         for tp, po in response.offsets.items():
-            if po.error is Errors.UNSTABLE_OFFSET_COMMIT:
-                return None
-            if po.error not in (Errors.NONE, Errors.UNKNOWN_TOPIC_OR_PARTITION):
-                raise ConsumerError(po.error, f"offset fetch failed for {tp}")
-            out[tp] = po.offset if po.error is Errors.NONE and po.offset >= 0 else None
+            if po.error is Errors.NONE:
+                out[tp] = po.offset if po.offset >= 0 else None
+                continue
+            match OFFSET_FETCH_PARTITION[po.error]:
+                case Reaction.RETRY:
+                    return None
+                case Reaction.NO_OFFSET:
+                    out[tp] = None
+                case _:
+                    raise ConsumerError(po.error, f"offset fetch failed for {tp}")
         return out

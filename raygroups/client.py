@@ -36,9 +36,6 @@ from raygroups.coordinator.messages import JoinGroupRequest, ListGroupsResponse
 from raygroups.coordinator.partitioning import partition_for
 from raygroups.ray_seam import Directory
 
-_RETRIABLE = frozenset(
-    {Errors.COORDINATOR_LOAD_IN_PROGRESS, Errors.NOT_COORDINATOR, Errors.COORDINATOR_NOT_AVAILABLE}
-)
 # Kafka's client backs off 100 ms growing to 1 s (KIP-580); a coordinator failover here takes 2-3 s, so
 # the cap is lower: once the new leader serves, a client notices within a quarter of a second.
 _BACKOFF_START_S = 0.02
@@ -108,7 +105,7 @@ class RayGroupClient(GroupApi):
                 self._forget(partition)
                 response = error_response(request, Errors.NOT_COORDINATOR)
             errors = response_errors(response)
-            if not errors or not any(e in _RETRIABLE for e in errors) or time.monotonic() >= deadline:
+            if not errors or not any(e.is_coordinator_error for e in errors) or time.monotonic() >= deadline:
                 return response
             await asyncio.sleep(min(backoff, max(0.0, deadline - time.monotonic())))
             backoff = min(backoff * 2, _BACKOFF_MAX_S)

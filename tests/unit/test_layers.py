@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # What the pure core may import besides itself: computation-only standard library modules.
 CORE_ALLOWED = {
     "__future__", "abc", "bisect", "collections", "dataclasses", "enum", "functools", "heapq", "itertools",
-    "math", "operator", "re", "struct", "typing", "coordinator",
+    "math", "operator", "re", "struct", "types", "typing", "coordinator",
 }
 
 
