@@ -15,6 +15,7 @@ from typing import Any
 
 from raygroups.coordinator.errors import Errors
 from raygroups.coordinator.messages import (
+    Deferred,
     DescribedGroup,
     HeartbeatRequest,
     HeartbeatResponse,
@@ -31,7 +32,9 @@ from raygroups.coordinator.messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
+from raygroups.coordinator.result import Result
 from raygroups.coordinator.runtime import CoordinatorRuntime, PartitionState
+from raygroups.coordinator.shard import GroupCoordinatorShard
 
 Sink = Callable[[Any], None]
 
@@ -58,78 +61,72 @@ class DeleteGroupsRequest:
     group_ids: tuple[str | None, ...]
 
 
-@dataclass(frozen=True)
-class _Spec:
-    allow_empty_group_id: bool
-    # What a precheck failure answers (may depend on the request), and what a failed append answers.
-    precheck_response: Callable[[Any, Errors], Any]
-    failure_response: Callable[[Any, Errors], Any]
-    handle: Callable[[Any, Any, Any], None]  # (shard, request, respond)
-    while_loading: Errors | None = None  # Kafka's exception to COORDINATOR_LOAD_IN_PROGRESS
+# Kafka's exceptions to COORDINATOR_LOAD_IN_PROGRESS for a loading partition: old clients do not expect 14
+# from SyncGroup (GroupCoordinator.handleSyncGroup), and a heartbeat is answered blindly (handleHeartbeat).
+_WHILE_LOADING: dict[type, Errors] = {SyncGroupRequest: Errors.REBALANCE_IN_PROGRESS, HeartbeatRequest: Errors.NONE}
+# The requests that run on the shard owning their group (``_handle``).
+_HANDLED = frozenset({JoinGroupRequest, SyncGroupRequest, HeartbeatRequest, LeaveGroupRequest, OffsetCommitRequest,
+                      OffsetFetchRequest, OffsetDeleteRequest})
+# Only offset commits and fetches accept the empty group id (Kafka's validateGroupStatus callers).
+_EMPTY_GROUP_ID_ALLOWED = (OffsetCommitRequest, OffsetFetchRequest)
 
 
-_SPECS: dict[type, _Spec] = {
-    JoinGroupRequest: _Spec(
-        False,
-        # Kafka's service echoes the member id for its own checks (invalid group id, not active) but
-        # not for runtime errors (loading, not the coordinator), which come back with member id "".
-        lambda req, e: JoinGroupResponse(
-            e, member_id="" if e in (Errors.NOT_COORDINATOR, Errors.COORDINATOR_LOAD_IN_PROGRESS) else req.member_id
-        ),
-        lambda req, e: JoinGroupResponse(e),
-        lambda shard, req, r: shard.join_group(req, r),
-    ),
-    SyncGroupRequest: _Spec(
-        False,
-        lambda req, e: SyncGroupResponse(e),
-        lambda req, e: SyncGroupResponse(e),
-        lambda shard, req, r: shard.sync_group(req, r),
-        while_loading=Errors.REBALANCE_IN_PROGRESS,  # old clients do not expect 14 (handleSyncGroup)
-    ),
-    HeartbeatRequest: _Spec(
-        False,
-        lambda req, e: HeartbeatResponse(e),
-        lambda req, e: HeartbeatResponse(e),
-        lambda shard, req, r: r.complete(shard.heartbeat(req)),
-        while_loading=Errors.NONE,  # Kafka "responds blindly" while loading (handleHeartbeat)
-    ),
-    LeaveGroupRequest: _Spec(
-        False,
-        lambda req, e: LeaveGroupResponse(e),
-        lambda req, e: LeaveGroupResponse(e),
-        lambda shard, req, r: r.complete(shard.leave_group(req)),
-    ),
-    OffsetCommitRequest: _Spec(
-        True,
-        lambda req, e: OffsetCommitResponse({tp: e for tp in req.offsets}),
-        lambda req, e: OffsetCommitResponse({tp: e for tp in req.offsets}),
-        lambda shard, req, r: r.complete(shard.commit_offsets(req)),
-    ),
-    OffsetFetchRequest: _Spec(
-        True,
-        lambda req, e: OffsetFetchResponse(e),
-        lambda req, e: OffsetFetchResponse(e),
-        lambda shard, req, r: r.complete(shard.fetch_offsets(req)),
-    ),
-    OffsetDeleteRequest: _Spec(
-        False,
-        lambda req, e: OffsetDeleteResponse(e),
-        lambda req, e: OffsetDeleteResponse(e),
-        lambda shard, req, r: r.complete(shard.delete_offsets(req.group_id, list(req.partitions))),
-    ),
-}
+def _handle(shard: GroupCoordinatorShard, request: Any, respond: Deferred) -> Result:
+    """The one place a request meets its handler. JoinGroup and SyncGroup answer through ``respond`` (they
+    may park); the others answer in their result; the reads write nothing."""
+    match request:
+        case JoinGroupRequest():
+            return shard.join_group(request, respond)
+        case SyncGroupRequest():
+            return shard.sync_group(request, respond)
+        case HeartbeatRequest():
+            return Result(response=shard.heartbeat(request))
+        case LeaveGroupRequest():
+            return shard.leave_group(request)
+        case OffsetCommitRequest():
+            return shard.commit_offsets(request)
+        case OffsetFetchRequest():
+            return Result(response=shard.fetch_offsets(request))
+        case OffsetDeleteRequest():
+            return shard.delete_offsets(request.group_id, list(request.partitions))
+    raise TypeError(f"not a coordinator request: {type(request).__name__}")
 
 
 def error_response(request: Any, error: Errors) -> Any:
-    """The response a request gets when it fails as a whole with ``error`` (e.g. the shard is gone)."""
-    kind = type(request)
-    if kind is ListGroupsRequest:
-        return ListGroupsResponse(error)
-    if kind is DescribeGroupsRequest:
-        return [DescribedGroup(error, g, "", "", "", []) for g in request.group_ids]
-    if kind is DeleteGroupsRequest:
-        return {g: error for g in request.group_ids}
-    return _SPECS[kind].precheck_response(request, error)
+    """The response a request gets when it fails as a whole with ``error`` (a pre-check, or the shard is
+    gone)."""
+    match request:
+        case JoinGroupRequest():
+            # Kafka's service echoes the member id for its own checks (invalid group id, not active) but
+            # not for runtime errors (loading, not the coordinator), which come back with member id "".
+            runtime_error = error in (Errors.NOT_COORDINATOR, Errors.COORDINATOR_LOAD_IN_PROGRESS)
+            return JoinGroupResponse(error, member_id="" if runtime_error else request.member_id)
+        case SyncGroupRequest():
+            return SyncGroupResponse(error)
+        case HeartbeatRequest():
+            return HeartbeatResponse(error)
+        case LeaveGroupRequest():
+            return LeaveGroupResponse(error)
+        case OffsetCommitRequest():
+            return OffsetCommitResponse({tp: error for tp in request.offsets})
+        case OffsetFetchRequest():
+            return OffsetFetchResponse(error)
+        case OffsetDeleteRequest():
+            return OffsetDeleteResponse(error)
+        case ListGroupsRequest():
+            return ListGroupsResponse(error)
+        case DescribeGroupsRequest():
+            return [DescribedGroup(error, g, "", "", "", []) for g in request.group_ids]
+        case DeleteGroupsRequest():
+            return {g: error for g in request.group_ids}
+    raise TypeError(f"not a coordinator request: {type(request).__name__}")
+
+
+def _append_failed_response(request: Any, error: Errors) -> Any:
+    """What a request whose records could not be appended gets (the JoinGroup answer carries no member id)."""
+    if isinstance(request, JoinGroupRequest):
+        return JoinGroupResponse(error)
+    return error_response(request, error)
 
 
 def response_errors(response: Any) -> list[Errors]:
@@ -155,22 +152,18 @@ def dispatch(runtime: CoordinatorRuntime, request: Any, sink: Sink) -> None:
     if kind is DeleteGroupsRequest:
         _delete_groups(runtime, request, sink)
         return
-    spec = _SPECS.get(kind)
-    if spec is None:
+    if kind not in _HANDLED:
         raise TypeError(f"not a coordinator request: {kind.__name__}")
-    error, ctx = runtime.precheck(request.group_id, allow_empty=spec.allow_empty_group_id)
-    if error is Errors.COORDINATOR_LOAD_IN_PROGRESS and spec.while_loading is not None:
-        error = spec.while_loading
-        sink(spec.precheck_response(request, error))
+    error, ctx = runtime.precheck(request.group_id, allow_empty=isinstance(request, _EMPTY_GROUP_ID_ALLOWED))
+    if error is Errors.COORDINATOR_LOAD_IN_PROGRESS and kind in _WHILE_LOADING:
+        sink(error_response(request, _WHILE_LOADING[kind]))
         return
     if error is not Errors.NONE:
-        sink(spec.precheck_response(request, error))
+        sink(error_response(request, error))
         return
     respond = runtime.new_response(sink)
-    runtime.execute(
-        ctx, lambda: spec.handle(ctx.shard, request, respond), respond,
-        lambda e: spec.failure_response(request, e),
-    )
+    runtime.execute(ctx, lambda: _handle(ctx.shard, request, respond), respond,
+                    lambda e: _append_failed_response(request, e))
 
 
 def _list_groups(runtime: CoordinatorRuntime, req: ListGroupsRequest) -> ListGroupsResponse:
@@ -222,6 +215,6 @@ def _delete_groups(runtime: CoordinatorRuntime, req: DeleteGroupsRequest, sink: 
         ctx = runtime.contexts[partition]
         respond = runtime.new_response(collect)
         runtime.execute(
-            ctx, lambda c=ctx, g=group_ids, r=respond: r.complete(c.shard.delete_groups(g)), respond,
+            ctx, lambda c=ctx, g=group_ids: c.shard.delete_groups(g), respond,
             lambda e, g=group_ids: {gid: e for gid in g},
         )

@@ -2,8 +2,8 @@
 
 One ``PartitionContext`` per ``__consumer_offsets`` partition (INITIAL → LOADING → ACTIVE →
 CLOSED/FAILED, with a leader epoch), each with its ``GroupCoordinatorShard``. Every request and every
-timer expiry runs as one *operation*: the shard handler runs and the records it emitted (already
-replayed speculatively) join the partition's open batch. Group commit: one batch is appended at a time,
+timer expiry runs as one *operation*: the shard handler returns a ``Result``, whose records are replayed
+into the shard's durable state at once (speculatively) and join the partition's open batch. Group commit: one batch is appended at a time,
 operations arriving meanwhile form the next one; the responses an operation completed are released only
 when its batch and every earlier one are durable, so a read is answered after all earlier writes. If an
 append fails, that batch and everything applied after it are undone, their requests get Kafka's mapped
@@ -27,6 +27,7 @@ from raygroups.coordinator.errors import AppendError, Errors, map_append_error
 from raygroups.coordinator.messages import Deferred
 from raygroups.coordinator.partitioning import partition_for
 from raygroups.coordinator.records import Record
+from raygroups.coordinator.result import Result
 from raygroups.coordinator.shard import GroupCoordinatorShard
 
 
@@ -140,29 +141,37 @@ class CoordinatorRuntime:
     def execute(
         self,
         ctx: PartitionContext,
-        fn: Callable[[], None],
+        fn: Callable[[], Result | None],
         respond: Deferred | None = None,
         error_response: Callable[[Errors], Any] | None = None,
     ) -> None:
-        """Run one operation on ``ctx``'s shard. Its records join the open batch; its responses are
-        released when every earlier batch and its own are durable (a read waits for earlier writes)."""
+        """Run one operation on ``ctx``'s shard: ``fn`` returns what it writes (None: nothing). Its records
+        are applied and join the open batch; its response (the result's, or whatever completes
+        ``respond``) is released when every earlier batch and its own are durable (a read waits for
+        earlier writes)."""
         shard = ctx.shard
         held: list[tuple[Deferred, Callable[[Any], None], Any]] = []
         self._held.append(held)
+        result: Result = Result()
+        undo: list[tuple] = []
         crashed = False
         try:
-            fn()
+            result = fn() or result
+            shard.apply(result.records, undo)
+            if respond is not None and result.response is not None:
+                respond.complete(result.response)
         except Exception as e:  # a bug or a broken invariant: Kafka answers UNKNOWN_SERVER_ERROR
             crashed = True
             self.last_exception = e
         finally:
             self._held.pop()
-        records, undo, callbacks = shard.take_operation()
-        op = PendingOp(records, undo, callbacks, held, respond, error_response)
+        records = result.records
+        op = PendingOp(records, undo, result.on_done, held, respond, error_response)
         if crashed:
-            shard.revert(undo)
+            follow_up = shard.revert(undo)
             op.callbacks = []
             self._release(op, Errors.UNKNOWN_SERVER_ERROR)
+            self._run_follow_up(ctx, follow_up)
             return
         if not records and not ctx.pending and not ctx.inflight:
             self._release(op, Errors.NONE)  # nothing to wait for
@@ -172,6 +181,11 @@ class CoordinatorRuntime:
             self.flush(ctx)
         elif self._on_pending is not None:
             self._on_pending(ctx)
+
+    def _run_follow_up(self, ctx: PartitionContext, result: Result) -> None:
+        """What a revert or a load wrote (a group back over ``group.max.size`` rebalances) is an operation."""
+        if (result.records or result.on_done) and ctx.shard is not None:
+            self.execute(ctx, lambda: result)
 
     def _release(self, op: PendingOp, error: Errors) -> None:
         for deferred, sink, value in op.held:
@@ -206,9 +220,10 @@ class CoordinatorRuntime:
         later, ctx.pending = ctx.pending, []
         ctx.inflight = None
         failed = ops + later
+        follow_up = Result()
         if ctx.shard is not None:
             for op in reversed(failed):
-                ctx.shard.revert(op.undo)
+                follow_up.add(ctx.shard.revert(op.undo))
         for op in failed:
             self._release(op, error)
         if ctx.shard is None:
@@ -221,6 +236,7 @@ class CoordinatorRuntime:
         for op in failed:
             for cb in op.callbacks:
                 self.execute(ctx, lambda cb=cb: cb(error))
+        self._run_follow_up(ctx, follow_up)
 
     def flush(self, ctx: PartitionContext) -> None:
         """Synchronous driver: append every open batch now."""
@@ -237,8 +253,8 @@ class CoordinatorRuntime:
                 continue
             self.batch_durable(ctx, ops)
 
-    def run_timer(self, ctx: PartitionContext) -> Callable[[Callable[[], None]], None]:
-        def run(fn: Callable[[], None]) -> None:
+    def run_timer(self, ctx: PartitionContext) -> Callable[[Callable[[], Result]], None]:
+        def run(fn: Callable[[], Result]) -> None:
             if ctx.state is PartitionState.ACTIVE and ctx.shard is not None:
                 self.execute(ctx, fn)
 
@@ -269,12 +285,13 @@ class CoordinatorRuntime:
         shard = ctx.shard
         self._held.append([])
         try:
-            shard.on_loaded()
+            loaded = shard.on_loaded()
         finally:
             held = self._held.pop()
         ctx.state = PartitionState.ACTIVE
         for _, sink, value in held:
             sink(value)
+        self._run_follow_up(ctx, loaded)
 
     def fail_load(self, ctx: PartitionContext) -> None:
         ctx.state = PartitionState.FAILED

@@ -1,11 +1,13 @@
 """One ``__consumer_offsets`` partition's group coordinator: the classic protocol as a deterministic
 state machine (Kafka's new Java coordinator for classic groups, ``GroupMetadataManager.classicGroup*``).
 
-Handlers validate against current state, mutate soft state (members, timers, parked requests), emit
-records through ``_write`` (which replays them into ``DurableState`` at once, with undo tokens) and
-complete ``Deferred`` responses. The runtime that drives a shard appends the records of each operation
-and releases its responses only once they are durable; on an append failure it undoes the records and
-calls the operation's ``on_done`` callbacks with the mapped error.
+Handlers validate against current state, mutate soft state (members, timers, parked requests) and
+return what they write: a ``Result`` with the records, the response (or None when a ``Deferred`` is
+completed later, for parked JoinGroup/SyncGroup requests) and ``on_done`` callbacks; a handler that only
+reads returns its response. The runtime that drives a shard replays each operation's records into
+``DurableState`` (``apply``, with undo tokens), appends them, and releases the responses only once they
+are durable; on an append failure it undoes the records and runs the ``on_done`` callbacks with the
+mapped error (Kafka's ``CoordinatorResult`` and ``CoordinatorRuntime``).
 
 Guarantees: given the same requests, clock and member-id generator, the same records and responses;
 generations never decrease; in one generation each member id is answered by one join completion.
@@ -14,7 +16,7 @@ Not covered here: transactional offsets and KIP-848 consumer groups.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from raygroups.coordinator.clock import Clock, Timers
 from raygroups.coordinator.config import CoordinatorConfig
@@ -34,11 +36,10 @@ from raygroups.coordinator.messages import (
     SyncGroupResponse,
 )
 from raygroups.coordinator.records import GroupMetadataKey, Record, new_empty_group_metadata_record
+from raygroups.coordinator.result import Result, written
 from raygroups.coordinator.shard_offsets import OffsetsMixin
 from raygroups.coordinator.shard_rebalance import RebalanceMixin, heartbeat_key, join_key, sync_key
 from raygroups.coordinator.state import DurableState
-
-OnDone = Callable[[Errors], None]
 
 
 class GroupCoordinatorShard(RebalanceMixin, OffsetsMixin):
@@ -49,20 +50,17 @@ class GroupCoordinatorShard(RebalanceMixin, OffsetsMixin):
         clock: Clock,
         timers: Timers,
         new_member_id: Callable[[str], str],
-        run_timer: Callable[[Callable[[], None]], None] | None = None,
+        run_timer: Callable[[Callable[[], Result]], None],
     ) -> None:
         self.partition = partition
         self.config = config
         self.clock = clock
         self.timers = timers
         self._new_member_id = new_member_id
-        # The runtime wraps every timer expiry so that it goes through the same write path as a request.
-        self._run_timer = run_timer or (lambda fn: fn())
+        # The runtime runs every timer expiry as an operation: what it returns goes the way of a request's.
+        self._run_timer = run_timer
         self.state = DurableState()
         self.groups: dict[str, ClassicGroup] = {}
-        self._op_records: list[Record] = []
-        self._op_undo: list[tuple] = []
-        self._op_callbacks: list[OnDone] = []
 
     # ------------------------------------------------------------------------------------------
     # Operation plumbing (used by the runtime)
@@ -70,41 +68,38 @@ class GroupCoordinatorShard(RebalanceMixin, OffsetsMixin):
     def now_ms(self) -> int:
         return self.clock.now_ms()
 
-    def _write(self, records: list[Record], on_done: OnDone | None = None) -> None:
-        """Emit records: replay them now (speculatively) and have the runtime append them."""
+    def apply(self, records: Iterable[Record], undo: list[tuple]) -> None:
+        """Replay an operation's records into the durable state now (speculatively, before they are
+        durable), adding to ``undo`` the tokens with which ``revert`` takes them back if their append fails."""
         for key, value in records:
-            self._op_undo.append(self.state.replay(key, value))
-        self._op_records.extend(records)
-        if on_done is not None:
-            self._op_callbacks.append(on_done)
+            undo.append(self.state.replay(key, value))
 
-    def take_operation(self) -> tuple[list[Record], list[tuple], list[OnDone]]:
-        out = (self._op_records, self._op_undo, self._op_callbacks)
-        self._op_records, self._op_undo, self._op_callbacks = [], [], []
-        return out
-
-    def revert(self, undo: list[tuple]) -> None:
-        """Undo the records of a failed append and bring the live groups they touched back in line."""
+    def revert(self, undo: list[tuple]) -> Result:
+        """Undo the records of a failed append and bring the live groups they touched back in line; what
+        that writes (a group back over ``group.max.size`` rebalances) is a new operation's."""
         touched = set()
         for token in reversed(undo):
             self.state.undo(token)
             touched.add(token[1])
+        result = Result()
         for group_id in touched:
-            self._resync_group_after_revert(group_id)
+            result.add(self._resync_group_after_revert(group_id))
+        return result
 
-    def _resync_group_after_revert(self, group_id: str) -> None:
+    def _resync_group_after_revert(self, group_id: str) -> Result:
         group = self.groups.get(group_id)
         if group_id not in self.state.groups:
             # The group only existed through the records that were undone (e.g. created by this
             # JoinGroup or by a simple commit): it never existed.
             if group is not None and not group.members and not group.pending_members:
                 self._drop_group(group_id)
-            return
+            return Result()
         if group is None or group.is_in(GroupState.DEAD):
             # A deletion (DeleteGroups, expiration) was undone: the group comes back as loaded.
-            self._materialize_group(group_id)
+            return self._materialize_group(group_id)
+        return Result()
 
-    def _schedule(self, key: tuple, delay_ms: int, fn: Callable[[], None]) -> None:
+    def _schedule(self, key: tuple, delay_ms: int, fn: Callable[[], Result]) -> None:
         self.timers.schedule(key, delay_ms, lambda: self._run_timer(fn))
 
     def _group_or_none(self, group_id: str) -> ClassicGroup | None:
@@ -130,33 +125,34 @@ class GroupCoordinatorShard(RebalanceMixin, OffsetsMixin):
     # ------------------------------------------------------------------------------------------
     # JoinGroup (Kafka's GroupMetadataManager.classicGroupJoin)
     # ------------------------------------------------------------------------------------------
-    def join_group(self, req: JoinGroupRequest, respond: Deferred) -> None:
+    def join_group(self, req: JoinGroupRequest, respond: Deferred) -> Result:
+        """Answers through ``respond`` (at once, or when the join completes); returns what it writes."""
         cfg = self.config
         if not cfg.group_min_session_timeout_ms <= req.session_timeout_ms <= cfg.group_max_session_timeout_ms:
             respond.complete(JoinGroupResponse(Errors.INVALID_SESSION_TIMEOUT, member_id=req.member_id))
-            return
+            return Result()
         is_unknown_member = req.member_id == UNKNOWN_MEMBER_ID
         group = self.groups.get(req.group_id)
         is_new_group = group is None
         if group is None:
             if not is_unknown_member:
                 respond.complete(JoinGroupResponse(Errors.UNKNOWN_MEMBER_ID, member_id=req.member_id))
-                return
+                return Result()
             group, _ = self._get_or_create_group(req.group_id)
-        records_before = len(self._op_records)
         if not self._accept_joining_member(group, req.member_id):
             self._remove_member_and_timers(group, req.member_id)
             respond.complete(JoinGroupResponse(Errors.GROUP_MAX_SIZE_REACHED, member_id=UNKNOWN_MEMBER_ID))
+            result = Result()
         elif is_unknown_member:
-            self._join_new_member(req, group, respond)
+            result = self._join_new_member(req, group, respond)
         else:
-            self._join_existing_member(req, group, respond)
+            result = self._join_existing_member(req, group, respond)
         rejected = respond.done and respond.value.error not in (Errors.NONE, Errors.MEMBER_ID_REQUIRED)
         if is_new_group and rejected:
             # Kafka would still persist the new empty group here; bad input must change nothing, so a
             # group created only by a rejected JoinGroup is dropped instead.
             self._drop_group(req.group_id)
-        elif is_new_group and len(self._op_records) == records_before:
+        elif is_new_group and not result.records:
             # Kafka's new coordinator persists a freshly created group at once (generation 0, no
             # protocol type) so that the group exists in the log; if that write fails the group is
             # reverted and the join answered with the mapped error.
@@ -174,7 +170,8 @@ class GroupCoordinatorShard(RebalanceMixin, OffsetsMixin):
                             created.complete_join(member, JoinGroupResponse(error))
                         self._drop_group(group_id)
 
-            self._write([new_empty_group_metadata_record(req.group_id, self.now_ms())], on_done)
+            result.write([new_empty_group_metadata_record(req.group_id, self.now_ms())], on_done)
+        return result
 
     def _accept_joining_member(self, group: ClassicGroup, member_id: str) -> bool:
         """``group.max.size`` acceptance (Kafka's GroupMetadataManager.acceptJoiningMember; KIP-389,
@@ -192,21 +189,20 @@ class GroupCoordinatorShard(RebalanceMixin, OffsetsMixin):
         if member_id:
             self.timers.cancel(heartbeat_key(group.group_id, member_id))
 
-    def _join_new_member(self, req: JoinGroupRequest, group: ClassicGroup, respond: Deferred) -> None:
+    def _join_new_member(self, req: JoinGroupRequest, group: ClassicGroup, respond: Deferred) -> Result:
         if group.is_in(GroupState.DEAD):
             respond.complete(JoinGroupResponse(Errors.COORDINATOR_NOT_AVAILABLE, member_id=UNKNOWN_MEMBER_ID))
-            return
+            return Result()
         if not group.supports_protocols(req.protocol_type, [p for p, _ in req.protocols]):
             respond.complete(JoinGroupResponse(Errors.INCONSISTENT_GROUP_PROTOCOL, member_id=UNKNOWN_MEMBER_ID))
-            return
+            return Result()
         new_member_id = self._new_member_id(req.group_instance_id or req.client_id)
         if req.group_instance_id is not None:
             existing = group.static_member_id(req.group_instance_id)
             if existing is not None:
-                self._update_static_member(req, group, existing, new_member_id, respond)
-            else:
-                self._add_member_and_rebalance(req, group, new_member_id, respond)
-        elif req.require_known_member_id:
+                return self._update_static_member(req, group, existing, new_member_id, respond)
+            return self._add_member_and_rebalance(req, group, new_member_id, respond)
+        if req.require_known_member_id:
             # KIP-394: hand out an id, remember it as pending; the member joins with it next time.
             group.add_pending_member(new_member_id)
             self._schedule(
@@ -215,46 +211,44 @@ class GroupCoordinatorShard(RebalanceMixin, OffsetsMixin):
                 lambda gid=group.group_id, mid=new_member_id: self._expire_heartbeat(gid, mid),
             )
             respond.complete(JoinGroupResponse(Errors.MEMBER_ID_REQUIRED, member_id=new_member_id))
-        else:
-            self._add_member_and_rebalance(req, group, new_member_id, respond)
+            return Result()
+        return self._add_member_and_rebalance(req, group, new_member_id, respond)
 
-    def _join_existing_member(self, req: JoinGroupRequest, group: ClassicGroup, respond: Deferred) -> None:
+    def _join_existing_member(self, req: JoinGroupRequest, group: ClassicGroup, respond: Deferred) -> Result:
         member_id = req.member_id
         if group.is_in(GroupState.DEAD):
             respond.complete(JoinGroupResponse(Errors.COORDINATOR_NOT_AVAILABLE, member_id=member_id))
-            return
+            return Result()
         if not group.supports_protocols(req.protocol_type, [p for p, _ in req.protocols]):
             respond.complete(JoinGroupResponse(Errors.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id))
-            return
+            return Result()
         if group.is_pending_member(member_id):
             if req.group_instance_id is not None:
                 raise IllegalStateError(
                     f"JoinGroup with group_instance_id={req.group_instance_id} for pending member {member_id}"
                 )
-            self._add_member_and_rebalance(req, group, member_id, respond)
-            return
+            return self._add_member_and_rebalance(req, group, member_id, respond)
         try:
             group.validate_member(member_id, req.group_instance_id)
         except CoordinatorError as e:
             respond.complete(JoinGroupResponse(e.error, member_id=member_id))
-            return
+            return Result()
         member = group.members[member_id]
         if group.is_in(GroupState.PREPARING_REBALANCE):
-            self._update_member_and_rebalance(req, group, member, respond)
-        elif group.is_in(GroupState.COMPLETING_REBALANCE):
-            if member.matches(req.protocols):
-                # Same metadata (e.g. a lost JoinGroup response): answer with the current generation.
-                respond.complete(self._join_response(group, member_id, with_members=group.is_leader(member_id)))
-            else:
-                self._update_member_and_rebalance(req, group, member, respond)
+            return self._update_member_and_rebalance(req, group, member, respond)
+        if group.is_in(GroupState.COMPLETING_REBALANCE):
+            if not member.matches(req.protocols):
+                return self._update_member_and_rebalance(req, group, member, respond)
+            # Same metadata (e.g. a lost JoinGroup response): answer with the current generation.
+            respond.complete(self._join_response(group, member_id, with_members=group.is_leader(member_id)))
         elif group.is_in(GroupState.STABLE):
             if group.is_leader(member_id) or not member.matches(req.protocols):
                 # A leader's JoinGroup forces a rebalance (e.g. topic metadata changed); so does new metadata.
-                self._update_member_and_rebalance(req, group, member, respond)
-            else:
-                respond.complete(self._join_response(group, member_id, with_members=False))
+                return self._update_member_and_rebalance(req, group, member, respond)
+            respond.complete(self._join_response(group, member_id, with_members=False))
         else:
             respond.complete(JoinGroupResponse(Errors.UNKNOWN_MEMBER_ID, member_id=member_id))
+        return Result()
 
     def _join_response(self, group: ClassicGroup, member_id: str, with_members: bool,
                        skip: bool = False) -> JoinGroupResponse:
@@ -270,7 +264,7 @@ class GroupCoordinatorShard(RebalanceMixin, OffsetsMixin):
         )
 
     def _add_member_and_rebalance(self, req: JoinGroupRequest, group: ClassicGroup, member_id: str,
-                                  respond: Deferred) -> None:
+                                  respond: Deferred) -> Result:
         member = Member(
             member_id, req.group_instance_id, req.client_id, req.client_host, req.rebalance_timeout_ms,
             req.session_timeout_ms, req.protocol_type, req.protocols,
@@ -282,15 +276,15 @@ class GroupCoordinatorShard(RebalanceMixin, OffsetsMixin):
         group.add(member, respond)
         # A new member cannot heartbeat while parked; time it out after the new-member join timeout.
         self._reschedule_heartbeat(group, member, self.config.group_new_member_join_timeout_ms)
-        self._maybe_prepare_rebalance_or_complete_join(group)
+        return self._maybe_prepare_rebalance_or_complete_join(group)
 
     def _update_member_and_rebalance(self, req: JoinGroupRequest, group: ClassicGroup, member: Member,
-                                     respond: Deferred) -> None:
+                                     respond: Deferred) -> Result:
         group.update_member(member, req.protocols, req.rebalance_timeout_ms, req.session_timeout_ms, respond)
-        self._maybe_prepare_rebalance_or_complete_join(group)
+        return self._maybe_prepare_rebalance_or_complete_join(group)
 
     def _update_static_member(self, req: JoinGroupRequest, group: ClassicGroup, old_member_id: str,
-                              new_member_id: str, respond: Deferred) -> None:
+                              new_member_id: str, respond: Deferred) -> Result:
         """A static member restarted with an unknown member id (Kafka's
         GroupMetadataManager.updateStaticMemberThenRebalanceOrCompleteJoin, KIP-345)."""
         current_leader = group.leader_id
@@ -327,31 +321,29 @@ class GroupCoordinatorShard(RebalanceMixin, OffsetsMixin):
                             group, new_member_id, with_members=is_leader, skip=is_leader,
                         ))
 
-                self._write(
-                    [(GroupMetadataKey(group.group_id), group.to_metadata_value(assignment))], on_done,
-                )
-            else:
-                self._maybe_prepare_rebalance_or_complete_join(group)
-        elif group.is_in(GroupState.COMPLETING_REBALANCE):
+                return written([(GroupMetadataKey(group.group_id), group.to_metadata_value(assignment))], on_done)
+            return self._maybe_prepare_rebalance_or_complete_join(group)
+        if group.is_in(GroupState.COMPLETING_REBALANCE):
             # The leader may already have assigned to the old member id: rebalance.
-            self._prepare_rebalance(group)
-        elif group.state in (GroupState.EMPTY, GroupState.DEAD):
+            return self._prepare_rebalance(group)
+        if group.state in (GroupState.EMPTY, GroupState.DEAD):
             raise IllegalStateError(
                 f"group {group.group_id} in state {group.state.value} when static member "
                 f"{req.group_instance_id} rejoined"
             )
-        else:
-            self._maybe_complete_join_phase(group)
+        return self._maybe_complete_join_phase(group)
 
     # ------------------------------------------------------------------------------------------
     # SyncGroup (Kafka's GroupMetadataManager.classicGroupSync)
     # ------------------------------------------------------------------------------------------
-    def sync_group(self, req: SyncGroupRequest, respond: Deferred) -> None:
+    def sync_group(self, req: SyncGroupRequest, respond: Deferred) -> Result:
+        """Answers through ``respond`` (at once, or when the leader's assignment is durable); returns what
+        it writes (the leader's assignment)."""
         group = self.groups.get(req.group_id)
         if group is None or group.is_in(GroupState.EMPTY):
             # Kafka's new coordinator answers an Empty group before any other validation (classicGroupSync).
             respond.complete(SyncGroupResponse(Errors.UNKNOWN_MEMBER_ID))
-            return
+            return Result()
         error = self._validate_sync(group, req)
         if error is not None:
             respond.complete(SyncGroupResponse(error))
@@ -367,17 +359,17 @@ class GroupCoordinatorShard(RebalanceMixin, OffsetsMixin):
                     assignment.setdefault(member_id, b"")  # missing members get an empty assignment
                 generation = req.generation_id
 
-                def on_done(err: Errors) -> None:
+                def on_done(err: Errors) -> Result | None:
                     # Another member may have rejoined meanwhile: only act if nothing moved on.
                     if group.is_in(GroupState.COMPLETING_REBALANCE) and group.generation_id == generation:
                         if err is not Errors.NONE:
                             self._reset_and_propagate_assignment_with_error(group, err)
-                            self._maybe_prepare_rebalance_or_complete_join(group)
-                        else:
-                            self._set_and_propagate_assignment(group, assignment)
-                            group.transition_to(GroupState.STABLE)
+                            return self._maybe_prepare_rebalance_or_complete_join(group)
+                        self._set_and_propagate_assignment(group, assignment)
+                        group.transition_to(GroupState.STABLE)
+                    return None
 
-                self._write([(GroupMetadataKey(group.group_id), group.to_metadata_value(assignment))], on_done)
+                return written([(GroupMetadataKey(group.group_id), group.to_metadata_value(assignment))], on_done)
         elif group.is_in(GroupState.STABLE):
             # Kafka's new coordinator does not touch the session timer here (the old one did); the
             # timer is re-armed when a parked sync is answered (_propagate_assignment).
@@ -386,6 +378,7 @@ class GroupCoordinatorShard(RebalanceMixin, OffsetsMixin):
             respond.complete(SyncGroupResponse(Errors.NONE, member.assignment, group.protocol_type, group.protocol_name))
         else:
             raise IllegalStateError(f"SyncGroup reached group {group.group_id} in state {group.state.value}")
+        return Result()
 
     def _validate_sync(self, group: ClassicGroup, req: SyncGroupRequest) -> Errors | None:
         if group.is_in(GroupState.DEAD):
@@ -433,14 +426,14 @@ class GroupCoordinatorShard(RebalanceMixin, OffsetsMixin):
     # ------------------------------------------------------------------------------------------
     # LeaveGroup (Kafka's GroupMetadataManager.classicGroupLeave)
     # ------------------------------------------------------------------------------------------
-    def leave_group(self, req: LeaveGroupRequest) -> LeaveGroupResponse:
+    def leave_group(self, req: LeaveGroupRequest) -> Result[LeaveGroupResponse]:
         group = self.groups.get(req.group_id)
         if group is None:
-            return LeaveGroupResponse(
+            return Result(response=LeaveGroupResponse(
                 Errors.NONE, [LeaveMemberResponse(m, i, Errors.UNKNOWN_MEMBER_ID) for m, i in req.members]
-            )
+            ))
         if group.is_in(GroupState.DEAD):
-            return LeaveGroupResponse(Errors.COORDINATOR_NOT_AVAILABLE)
+            return Result(response=LeaveGroupResponse(Errors.COORDINATOR_NOT_AVAILABLE))
         responses: list[LeaveMemberResponse] = []
         for member_id, instance_id in req.members:
             if member_id == UNKNOWN_MEMBER_ID:
@@ -463,14 +456,15 @@ class GroupCoordinatorShard(RebalanceMixin, OffsetsMixin):
                     continue
                 self._remove_current_member(group, member_id)
                 responses.append(LeaveMemberResponse(member_id, instance_id, Errors.NONE))
+        result = Result(response=LeaveGroupResponse(Errors.NONE, responses))
         if any(r.error is Errors.NONE for r in responses):
             if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
-                self._maybe_prepare_rebalance_or_complete_join(group)
+                result.add(self._maybe_prepare_rebalance_or_complete_join(group))
             elif group.is_in(GroupState.PREPARING_REBALANCE):
                 # Kafka's new coordinator (snapshot code): maybeCompleteJoinPhase, so a leave during the
                 # initial delayed rebalance does not complete it early.
-                self._maybe_complete_join_phase(group)
-        return LeaveGroupResponse(Errors.NONE, responses)
+                result.add(self._maybe_complete_join_phase(group))
+        return result
 
     def _remove_current_member(self, group: ClassicGroup, member_id: str) -> None:
         member = group.members[member_id]

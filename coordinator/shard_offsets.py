@@ -1,8 +1,8 @@
 """Offsets, administration, expiration and load/unload for ``GroupCoordinatorShard``
 (Kafka's ``OffsetMetadataManager`` and the admin paths of ``GroupMetadataManager``).
 
-Split out of ``shard.py`` by concern; it relies on the shard's ``state``, ``groups``, ``timers``,
-``_write`` and liveness helpers.
+Split out of ``shard.py`` by concern; it relies on the shard's ``state``, ``groups``, ``timers`` and
+liveness helpers. Handlers that write return a ``Result`` (records + response); reads return the response.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from raygroups.coordinator.records import (
     new_offset_commit_record,
     new_offset_commit_tombstone_record,
 )
+from raygroups.coordinator.result import Result
 
 EXPIRATION_KEY = ("expire-group-metadata",)
 CLASSIC_GROUP_TYPE = "classic"
@@ -43,19 +44,19 @@ class OffsetsMixin:
     # ------------------------------------------------------------------------------------------
     # OffsetCommit v8 (Kafka's OffsetMetadataManager.commitOffset, ClassicGroup.validateOffsetCommit)
     # ------------------------------------------------------------------------------------------
-    def commit_offsets(self, req: OffsetCommitRequest) -> OffsetCommitResponse:
+    def commit_offsets(self, req: OffsetCommitRequest) -> Result[OffsetCommitResponse]:
         group = self.groups.get(req.group_id)
         created = False
         if group is None:
             if req.generation_id >= 0:
                 # v8 and older: an unknown group with a generation is ILLEGAL_GENERATION.
-                return OffsetCommitResponse({tp: Errors.ILLEGAL_GENERATION for tp in req.offsets})
+                return Result(response=OffsetCommitResponse({tp: Errors.ILLEGAL_GENERATION for tp in req.offsets}))
             # A "simple" group: manual assignment or admin commits (generation -1) create it Empty.
             group, created = self._get_or_create_group(req.group_id)
         try:
             group.validate_offset_commit(req.member_id, req.group_instance_id, req.generation_id)
         except CoordinatorError as e:
-            return OffsetCommitResponse({tp: e.error for tp in req.offsets})
+            return Result(response=OffsetCommitResponse({tp: e.error for tp in req.offsets}))
         if group.state in (GroupState.STABLE, GroupState.PREPARING_REBALANCE):
             # A commit keeps the classic member's session alive.
             self._reschedule_heartbeat(group, group.members[req.member_id])
@@ -73,11 +74,9 @@ class OffsetsMixin:
             records.append(
                 new_offset_commit_record(req.group_id, topic, partition, offset, leader_epoch, metadata, now, expire)
             )
-        if records:
-            self._write(records)
-        elif created:
+        if not records and created:
             self._drop_group(req.group_id)  # nothing was written, so the group was never created
-        return OffsetCommitResponse(errors)
+        return Result(records, OffsetCommitResponse(errors))
 
     # ------------------------------------------------------------------------------------------
     # OffsetFetch (v8: -1 for unknown group or partition)
@@ -97,49 +96,48 @@ class OffsetsMixin:
     # ------------------------------------------------------------------------------------------
     # OffsetDelete
     # ------------------------------------------------------------------------------------------
-    def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> OffsetDeleteResponse:
+    def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> Result[OffsetDeleteResponse]:
         group = self.groups.get(group_id)
         if group is None or group.is_in(GroupState.DEAD):
-            return OffsetDeleteResponse(Errors.GROUP_ID_NOT_FOUND)
+            return Result(response=OffsetDeleteResponse(Errors.GROUP_ID_NOT_FOUND))
         if not group.is_in(GroupState.EMPTY) and not group.uses_consumer_protocol():
-            return OffsetDeleteResponse(Errors.NON_EMPTY_GROUP)
+            return Result(response=OffsetDeleteResponse(Errors.NON_EMPTY_GROUP))
         errors: dict[tuple[str, int], Errors] = {}
         records = []
-        for topic, partition in partitions:
+        for topic, partition in dict.fromkeys(partitions):  # one tombstone for a partition named twice
             if group.is_subscribed_to_topic(topic):
                 errors[(topic, partition)] = Errors.GROUP_SUBSCRIBED_TO_TOPIC
                 continue
             errors[(topic, partition)] = Errors.NONE
             if self.state.offset(group_id, topic, partition) is not None:
                 records.append(new_offset_commit_tombstone_record(group_id, topic, partition))
-        if records:
-            self._write(records)
-        return OffsetDeleteResponse(Errors.NONE, errors)
+        return Result(records, OffsetDeleteResponse(Errors.NONE, errors))
 
     # ------------------------------------------------------------------------------------------
     # DeleteGroups
     # ------------------------------------------------------------------------------------------
-    def delete_groups(self, group_ids: list[str]) -> dict[str, Errors]:
-        result: dict[str, Errors] = {}
+    def delete_groups(self, group_ids: list[str]) -> Result[dict[str, Errors]]:
+        errors: dict[str, Errors] = {}
+        result = Result(response=errors)
         self._groups_removed_by_operation().clear()
         # KafkaApis#handleDeleteGroupsRequest de-duplicates the ids: a repeated id is deleted once and
         # answered once (not NONE and then GROUP_ID_NOT_FOUND for the same group).
         for group_id in dict.fromkeys(group_ids):
             group = self.groups.get(group_id)
             if group is None or group.is_in(GroupState.DEAD):
-                result[group_id] = Errors.GROUP_ID_NOT_FOUND
+                errors[group_id] = Errors.GROUP_ID_NOT_FOUND
                 continue
             if not group.is_in(GroupState.EMPTY):
-                result[group_id] = Errors.NON_EMPTY_GROUP
+                errors[group_id] = Errors.NON_EMPTY_GROUP
                 continue
             records = [
                 new_offset_commit_tombstone_record(group_id, topic, partition)
                 for topic, partition in self.state.offsets.get(group_id, {})
             ]
             records.append(new_group_metadata_tombstone_record(group_id))
-            self._write(records)
+            result.write(records)
             self._remove_group(group)
-            result[group_id] = Errors.NONE
+            errors[group_id] = Errors.NONE
         return result
 
     def _remove_group(self, group: ClassicGroup) -> None:
@@ -204,7 +202,7 @@ class OffsetsMixin:
     def schedule_expiration(self) -> None:
         self._schedule(EXPIRATION_KEY, self.config.offsets_retention_check_interval_ms, self.cleanup_group_metadata)
 
-    def cleanup_group_metadata(self) -> None:
+    def cleanup_group_metadata(self) -> Result:
         now = self.now_ms()
         retention = self.config.offsets_retention_ms
         records = []
@@ -225,29 +223,30 @@ class OffsetsMixin:
             if all_expired and group.is_in(GroupState.EMPTY):
                 records.append(new_group_metadata_tombstone_record(group_id))
                 removed.append(group)
-        if records:
-            self._write(records)
         for group in removed:
             self._remove_group(group)
         self.schedule_expiration()
+        return Result(records)
 
     # ------------------------------------------------------------------------------------------
     # Load / unload (Kafka's GroupMetadataManager.onLoaded / onUnloaded)
     # ------------------------------------------------------------------------------------------
-    def on_loaded(self) -> None:
+    def on_loaded(self) -> Result:
         """Materialize groups from the replayed durable state and arm their timers, as Kafka's
         ``onLoaded``: loaded groups are Stable (with members) or Empty; every member gets a fresh
         session timer; a group over ``group.max.size`` rebalances."""
+        result = Result()
         for group_id in list(self.state.groups) + [g for g in self.state.offsets if g not in self.state.groups]:
-            self._materialize_group(group_id)
+            result.add(self._materialize_group(group_id))
         self.schedule_expiration()
+        return result
 
-    def _materialize_group(self, group_id: str) -> None:
+    def _materialize_group(self, group_id: str) -> Result:
         removed = self._groups_removed_by_operation().pop(group_id, None)
         if removed is not None:
             # The append of this operation's deletion failed: the very same group object comes back.
             self.groups[group_id] = removed
-            return
+            return Result()
         value = self.state.groups.get(group_id)
         if value is None:
             group = ClassicGroup(group_id, self.now_ms)
@@ -257,7 +256,8 @@ class OffsetsMixin:
         for member in group.members.values():
             self._reschedule_heartbeat(group, member)
         if group.num_members > self.config.group_max_size:
-            self._prepare_rebalance(group)
+            return self._prepare_rebalance(group)
+        return Result()
 
     def on_unloaded(self) -> None:
         """Every group becomes Dead; parked joins/syncs are answered ``NOT_COORDINATOR``."""

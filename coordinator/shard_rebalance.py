@@ -3,7 +3,8 @@
 ``completeClassicGroupJoin``, ``expirePendingSync``, ``propagateAssignment``,
 ``expireClassicGroupMemberHeartbeat``): preparing a rebalance, the (initial, KIP-134) delayed join and its
 completion, the pending-sync timeout, propagating assignments, session timers. Split out of ``shard.py`` by
-concern; it relies on the shard's ``groups``, ``timers``, ``config``, ``_schedule`` and ``_write``.
+concern; it relies on the shard's ``groups``, ``timers``, ``config`` and ``_schedule``. A step that may
+write returns a ``Result`` (its records), which the caller adds to its own; timers return theirs to the runtime.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from raygroups.coordinator.errors import Errors, IllegalStateError
 from raygroups.coordinator.group import ClassicGroup, GroupState, Member
 from raygroups.coordinator.messages import UNKNOWN_MEMBER_ID, JoinGroupResponse, SyncGroupResponse
 from raygroups.coordinator.records import GroupMetadataKey
+from raygroups.coordinator.result import Result, written
 
 
 def heartbeat_key(group_id: str, member_id: str) -> tuple:
@@ -30,13 +32,12 @@ class RebalanceMixin:
     # ------------------------------------------------------------------------------------------
     # Rebalance machinery (Kafka's GroupMetadataManager.prepareRebalance / completeClassicGroupJoin)
     # ------------------------------------------------------------------------------------------
-    def _maybe_prepare_rebalance_or_complete_join(self, group: ClassicGroup) -> None:
+    def _maybe_prepare_rebalance_or_complete_join(self, group: ClassicGroup) -> Result:
         if group.can_rebalance():
-            self._prepare_rebalance(group)
-        else:
-            self._maybe_complete_join_phase(group)
+            return self._prepare_rebalance(group)
+        return self._maybe_complete_join_phase(group)
 
-    def _prepare_rebalance(self, group: ClassicGroup) -> None:
+    def _prepare_rebalance(self, group: ClassicGroup) -> Result:
         if group.is_in(GroupState.COMPLETING_REBALANCE):
             self._reset_and_propagate_assignment_with_error(group, Errors.REBALANCE_IN_PROGRESS)
         self._remove_sync_expiration(group)
@@ -49,24 +50,25 @@ class RebalanceMixin:
         group.transition_to(GroupState.PREPARING_REBALANCE)
         if not is_initial:
             if group.has_all_members_joined():
-                self._complete_join(group)
-            else:
-                gid = group.group_id
-                self._schedule(join_key(gid), group.rebalance_timeout_ms(), lambda: self._complete_join_by_id(gid))
+                return self._complete_join(group)
+            gid = group.group_id
+            self._schedule(join_key(gid), group.rebalance_timeout_ms(), lambda: self._complete_join_by_id(gid))
+        return Result()
 
-    def _maybe_complete_join_phase(self, group: ClassicGroup) -> None:
+    def _maybe_complete_join_phase(self, group: ClassicGroup) -> Result:
         # The initial (delayed) rebalance never completes early; only its timer completes it.
         if (
             group.is_in(GroupState.PREPARING_REBALANCE)
             and group.previous_state is not GroupState.EMPTY
             and group.has_all_members_joined()
         ):
-            self._complete_join(group)
+            return self._complete_join(group)
+        return Result()
 
-    def _try_complete_initial_rebalance(self, group_id: str, delay_ms: int, remaining_ms: int) -> None:
+    def _try_complete_initial_rebalance(self, group_id: str, delay_ms: int, remaining_ms: int) -> Result:
         group = self.groups.get(group_id)
         if group is None:
-            return
+            return Result()
         if group.new_member_added and remaining_ms != 0:
             group.new_member_added = False
             new_delay = min(self.config.group_initial_rebalance_delay_ms, remaining_ms)
@@ -77,15 +79,14 @@ class RebalanceMixin:
                 join_key(group_id), new_delay,
                 lambda: self._try_complete_initial_rebalance(group_id, new_delay, new_remaining),
             )
-        else:
-            self._complete_join(group)
+            return Result()
+        return self._complete_join(group)
 
-    def _complete_join_by_id(self, group_id: str) -> None:
+    def _complete_join_by_id(self, group_id: str) -> Result:
         group = self.groups.get(group_id)
-        if group is not None:
-            self._complete_join(group)
+        return Result() if group is None else self._complete_join(group)
 
-    def _complete_join(self, group: ClassicGroup) -> None:
+    def _complete_join(self, group: ClassicGroup) -> Result:
         gid = group.group_id
         self.timers.cancel(join_key(gid))
         for member in group.not_yet_rejoined_members():
@@ -93,15 +94,14 @@ class RebalanceMixin:
                 group.remove(member.member_id)
                 self.timers.cancel(heartbeat_key(gid, member.member_id))
         if group.is_in(GroupState.DEAD):
-            return
+            return Result()
         if not group.maybe_elect_new_joined_leader() and group.members:
             # Only static members that did not rejoin remain: wait for their session timeouts.
             self._schedule(join_key(gid), group.rebalance_timeout_ms(), lambda: self._complete_join_by_id(gid))
-            return
+            return Result()
         group.init_next_generation()
         if group.is_in(GroupState.EMPTY):
-            self._write([(GroupMetadataKey(gid), group.to_metadata_value({}))])
-            return
+            return written([(GroupMetadataKey(gid), group.to_metadata_value({}))])
         for member in list(group.members.values()):
             response = self._join_response(group, member.member_id, with_members=group.is_leader(member.member_id))
             group.complete_join(member, response)
@@ -110,16 +110,18 @@ class RebalanceMixin:
             group.pending_sync_members.add(member.member_id)
         generation = group.generation_id
         self._schedule(sync_key(gid), group.rebalance_timeout_ms(), lambda: self._expire_pending_sync(gid, generation))
+        return Result()
 
-    def _expire_pending_sync(self, group_id: str, generation_id: int) -> None:
+    def _expire_pending_sync(self, group_id: str, generation_id: int) -> Result:
         group = self.groups.get(group_id)
         if group is None or generation_id != group.generation_id:
-            return
+            return Result()
         if group.state in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE) and group.pending_sync_members:
             for member_id in list(group.pending_sync_members):
                 group.remove(member_id)
                 self.timers.cancel(heartbeat_key(group_id, member_id))
-            self._prepare_rebalance(group)
+            return self._prepare_rebalance(group)
+        return Result()
 
     def _reset_and_propagate_assignment_with_error(self, group: ClassicGroup, error: Errors) -> None:
         if not group.is_in(GroupState.COMPLETING_REBALANCE):
@@ -161,24 +163,26 @@ class RebalanceMixin:
             lambda: self._expire_heartbeat(gid, mid),
         )
 
-    def _expire_heartbeat(self, group_id: str, member_id: str) -> None:
+    def _expire_heartbeat(self, group_id: str, member_id: str) -> Result:
         group = self.groups.get(group_id)
         if group is None or group.is_in(GroupState.DEAD):
-            return
+            return Result()
         if group.is_pending_member(member_id):
             group.remove(member_id)
             if group.is_in(GroupState.PREPARING_REBALANCE) and group.has_all_members_joined():
-                self._complete_join(group)
-            return
+                return self._complete_join(group)
+            return Result()
         member = group.members.get(member_id)
         if member is not None and not member.has_satisfied_heartbeat():
-            self._remove_member_and_update_group(group, member)
+            return self._remove_member_and_update_group(group, member)
+        return Result()
 
-    def _remove_member_and_update_group(self, group: ClassicGroup, member: Member) -> None:
+    def _remove_member_and_update_group(self, group: ClassicGroup, member: Member) -> Result:
         group.complete_join(member, JoinGroupResponse(Errors.UNKNOWN_MEMBER_ID, member_id=UNKNOWN_MEMBER_ID))
         group.remove(member.member_id)
         if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
-            self._maybe_prepare_rebalance_or_complete_join(group)
-        elif group.is_in(GroupState.PREPARING_REBALANCE) and group.has_all_members_joined():
-            self._complete_join(group)
+            return self._maybe_prepare_rebalance_or_complete_join(group)
+        if group.is_in(GroupState.PREPARING_REBALANCE) and group.has_all_members_joined():
+            return self._complete_join(group)
+        return Result()
 
