@@ -46,7 +46,7 @@ from raygroups.offsets_log.codec import (
 from raygroups.offsets_log.errors import CorruptLogError
 from raygroups.offsets_log.fsutil import atomic_write
 from raygroups.offsets_log.index import DEFAULT_INDEX_INTERVAL_BYTES, OffsetIndex
-from raygroups.offsets_log.segment import index_name, iter_frames, segment_name
+from raygroups.offsets_log.segment import index_name, iter_frames_in, segment_name
 
 DEFAULT_MAX_BATCH_RECORDS = 1000
 
@@ -173,6 +173,85 @@ def compact_batches(
     ]
 
 
+@dataclass
+class SegmentSources:
+    """One closed segment, decoded to the level compaction needs: its batches with raw record bytes."""
+
+    base_offset: int
+    next_offset: int
+    sources: list[_SourceBatch]
+    records: int = 0
+    batches: int = 0
+    bytes: int = 0
+
+    def records_by_offset(self):
+        """``(offset, key bytes, raw value or None, batch timestamp)`` of every record, in log order."""
+        for src in self.sources:
+            ts = src.timestamp_ms
+            for offset, kb, rv in src.records:
+                yield offset, kb, rv, ts
+
+
+def read_segment(data: bytes | bytearray | memoryview, base_offset: int, name: str = "segment") -> SegmentSources:
+    """Decode a closed segment's bytes with full CRC checks (the one decoder of every compactor)."""
+    view = memoryview(data)
+    out = SegmentSources(base_offset, base_offset, [])
+    offset = base_offset
+    for pos, payload in iter_frames_in(view, name):
+        p = unpack_payload(payload)
+        if p[1] != offset:
+            raise CorruptLogError(name, pos, f"batch starts at offset {p[1]}, expected {offset}")
+        deltas = p[8] if len(p) == 10 else range(p[4])
+        flat = p[7]
+        recs = [(p[1] + d, flat[2 * i], flat[2 * i + 1]) for i, d in enumerate(deltas)]
+        span = payload_span(p)
+        out.sources.append(_SourceBatch(p[1], span, p[2], p[3], recs))
+        offset += span
+        out.records += p[4]
+        out.batches += 1
+        out.bytes += len(payload) + 8
+    out.next_offset = offset
+    return out
+
+
+def read_segment_file(path: str) -> SegmentSources:
+    with open(path, "rb") as f:
+        return read_segment(f.read(), int(os.path.basename(path)[:20]), path)
+
+
+@dataclass
+class CompactedSegment:
+    base_offset: int
+    next_offset: int
+    data: bytes
+    index: OffsetIndex
+    records: int
+    batches: int
+
+
+def write_segment(segment: SegmentSources, keep, *, max_batch_records: int = DEFAULT_MAX_BATCH_RECORDS,
+                  index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES) -> CompactedSegment:
+    """The compacted bytes of one segment: the records whose offsets are in ``keep``, merged into batches by
+    the one batch emitter (so any compactor that keeps the same offsets writes the same bytes)."""
+    data = bytearray()
+    index = OffsetIndex(interval_bytes=index_interval_bytes)
+    records = batches = 0
+    for b_base, epoch, ts, raw, deltas, last in _emit(segment.sources, keep, max_batch_records):
+        index.maybe_add(b_base, len(data))
+        data += frame(encode_raw_payload(b_base, epoch, ts, raw, deltas, last))
+        records += len(raw)
+        batches += 1
+    return CompactedSegment(segment.base_offset, segment.next_offset, bytes(data), index, records, batches)
+
+
+def check_chained(segments: list[SegmentSources], name: str = "partition") -> None:
+    """Segments must follow one another without a gap or an overlap."""
+    for prev, seg in zip(segments, segments[1:], strict=False):
+        if seg.base_offset != prev.next_offset:
+            raise CorruptLogError(name, None, f"segment starts at {seg.base_offset} but the previous one ends at "
+                                              f"{prev.next_offset}")
+
+
 def compact_segments(
     segment_paths: list[str],
     output_dir: str | os.PathLike,
@@ -190,43 +269,22 @@ def compact_segments(
     output_dir = os.fspath(output_dir)
     os.makedirs(output_dir, exist_ok=True)
     stats = CompactionStats()
-    per_segment: list[tuple[int, int, list[_SourceBatch]]] = []  # (base, next offset, sources)
-    expected = None
-    for path in segment_paths:
-        base = int(os.path.basename(path)[:20])
-        if expected is not None and base != expected:
-            raise CorruptLogError(path, None, f"segment starts at {base} but the previous one ends at {expected}")
-        sources = []
-        offset = base
-        for pos, payload in iter_frames(path, 0, os.path.getsize(path)):
-            p = unpack_payload(payload)
-            if p[1] != offset:
-                raise CorruptLogError(path, pos, f"batch starts at offset {p[1]}, expected {offset}")
-            deltas = p[8] if len(p) == 10 else range(p[4])
-            flat = p[7]
-            recs = [(p[1] + d, flat[2 * i], flat[2 * i + 1]) for i, d in enumerate(deltas)]
-            span = payload_span(p)
-            sources.append(_SourceBatch(p[1], span, p[2], p[3], recs))
-            offset += span
-            stats.records_in += p[4]
-            stats.batches_in += 1
-            stats.bytes_in += len(payload) + 8
-        per_segment.append((base, offset, sources))
-        expected = offset
-    keep = _select([s for _, _, srcs in per_segment for s in srcs], delete_retention_ms, now_ms, stats)
-    for base, next_offset, sources in per_segment:
-        data = bytearray()
-        index = OffsetIndex(interval_bytes=index_interval_bytes)
-        for b_base, epoch, ts, raw, deltas, last in _emit(sources, keep, max_batch_records):
-            index.maybe_add(b_base, len(data))
-            data += frame(encode_raw_payload(b_base, epoch, ts, raw, deltas, last))
-            stats.records_out += len(raw)
-            stats.batches_out += 1
-        out = os.path.join(output_dir, segment_name(base))
-        atomic_write(out, bytes(data))
-        index.write(os.path.join(output_dir, index_name(base)), next_offset, len(data))
-        stats.bytes_out += len(data)
-        stats.output_paths.append(out)
+    segments = [read_segment_file(path) for path in segment_paths]
+    check_chained(segments, os.path.dirname(segment_paths[0]) if segment_paths else "partition")
+    for seg in segments:
+        stats.records_in += seg.records
+        stats.batches_in += seg.batches
+        stats.bytes_in += seg.bytes
+    keep = _select([s for seg in segments for s in seg.sources], delete_retention_ms, now_ms, stats)
+    for seg in segments:
+        out = write_segment(seg, keep, max_batch_records=max_batch_records, index_interval_bytes=index_interval_bytes)
+        path = os.path.join(output_dir, segment_name(seg.base_offset))
+        atomic_write(path, out.data)
+        out.index.write(os.path.join(output_dir, index_name(seg.base_offset)), seg.next_offset, len(out.data))
+        stats.records_out += out.records
+        stats.batches_out += out.batches
+        stats.bytes_out += len(out.data)
+        stats.output_paths.append(path)
     return stats
 
 

@@ -17,6 +17,7 @@ sequential ``DurableState.replay``, which is exact but slower).
 from __future__ import annotations
 
 import gc
+import hashlib
 import time
 from dataclasses import dataclass
 
@@ -34,6 +35,7 @@ from raygroups.offsets_log.codec import (
     decode_offset_commit_value,
 )
 from raygroups.offsets_log.errors import CorruptLogError
+from raygroups.offsets_log.segment import iter_frames_in
 
 
 @dataclass(frozen=True)
@@ -78,13 +80,35 @@ def _replay_sequential(log, state: DurableState) -> tuple[int, int]:
     return n, getattr(log, "size_bytes", 0)
 
 
-def _replay_fast(payloads, state: DurableState, where: str) -> tuple[int, int]:
+def replay_segments(segments, state: DurableState, start_offset: int = 0) -> int:
+    """Replay whole segments held in memory, ``(name, bytes)`` in log order from ``start_offset``, into an
+    empty ``state`` (a compaction job checking its output); returns the number of records."""
+    if state.offsets or state.groups:
+        raise ValueError("replay_segments needs an empty state")
+    payloads = ((name, pos, payload) for name, data in segments for pos, payload in iter_frames_in(memoryview(data), name))
+    n, _ = _replay_fast(payloads, state, "segments", start_offset)
+    return n
+
+
+def state_digest(state: DurableState) -> str:
+    """A SHA-256 of everything the state holds, independent of insertion order (equal states, equal digests)."""
+    h = hashlib.sha256()
+    for group in sorted(state.groups):
+        h.update(repr((group, state.groups[group])).encode())
+    h.update(b"\0offsets\0")
+    for group in sorted(state.offsets):
+        for tp in sorted(state.offsets[group]):
+            h.update(repr((group, tp, state.offsets[group][tp])).encode())
+    return h.hexdigest()
+
+
+def _replay_fast(payloads, state: DurableState, where: str, start_offset: int = 0) -> tuple[int, int]:
     unpackb = msgpack.unpackb
     last: dict = {}
     presence = GroupPresence()
     n = 0
     nbytes = 0
-    expected = 0
+    expected = start_offset
     for path, pos, payload in payloads:
         try:
             p = unpackb(payload, use_list=False)

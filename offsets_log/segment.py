@@ -159,9 +159,7 @@ def iter_frames(path: str, start: int, end: int) -> Iterator[tuple[int, memoryvi
                 if len(buf) < HEADER_BYTES:
                     raise CorruptLogError(path, pos, "incomplete batch header (file shorter than the log thinks)")
             length, crc = HEADER.unpack_from(buf, off)
-            total = HEADER_BYTES + length
-            if length < MIN_PAYLOAD_BYTES or length > MAX_BATCH_BYTES or pos + total > end:
-                raise CorruptLogError(path, pos, f"implausible batch length {length}")
+            total = _checked_total(path, pos, length, end)
             if len(buf) - off < total:
                 more = f.read(min(max(READ_CHUNK_BYTES, total - (len(buf) - off)), end - read_pos))
                 read_pos += len(more)
@@ -174,6 +172,27 @@ def iter_frames(path: str, start: int, end: int) -> Iterator[tuple[int, memoryvi
             yield pos, memoryview(buf)[off + HEADER_BYTES : off + total]
             off += total
             pos += total
+
+
+def iter_frames_in(data: memoryview, name: str) -> Iterator[tuple[int, memoryview]]:
+    """``iter_frames`` over a whole segment already in memory (e.g. read from a segment store)."""
+    pos, end = 0, len(data)
+    while pos < end:
+        if end - pos < HEADER_BYTES:
+            raise CorruptLogError(name, pos, "incomplete batch header")
+        length, crc = HEADER.unpack_from(data, pos)
+        total = _checked_total(name, pos, length, end)
+        if not frame_crc_ok(data, pos, length, crc):
+            raise CorruptLogError(name, pos, "CRC mismatch")
+        yield pos, data[pos + HEADER_BYTES : pos + total]
+        pos += total
+
+
+def _checked_total(name: str, pos: int, length: int, end: int) -> int:
+    total = HEADER_BYTES + length
+    if length < MIN_PAYLOAD_BYTES or length > MAX_BATCH_BYTES or pos + total > end:
+        raise CorruptLogError(name, pos, f"implausible batch length {length}")
+    return total
 
 
 def list_segment_files(directory: str) -> tuple[list[int], list[int]]:

@@ -72,6 +72,7 @@ def file_crc32(path: str) -> tuple[int, int]:
 class SegmentStore:
     def __init__(self, storage_uri: str | os.PathLike, *, filesystem: pafs.FileSystem | None = None) -> None:
         uri = os.fspath(storage_uri)
+        self.uri = uri if ("://" in uri or filesystem is not None) else os.path.abspath(uri)
         if filesystem is not None:
             self.fs, self.root = filesystem, uri
         elif "://" in uri:
@@ -161,6 +162,32 @@ class SegmentStore:
             if self._stored_crc(f"{self._dir(partition)}/{s.name}") != (s.crc32, s.size_bytes):
                 bad.append(s.name)
         return bad
+
+    def read(self, partition, segment: StoredSegment) -> bytes:
+        """A stored segment's bytes, checked against the manifest entry (size and CRC)."""
+        with self.fs.open_input_stream(f"{self._dir(partition)}/{segment.name}") as f:
+            data = f.read()
+        if len(data) != segment.size_bytes or zlib.crc32(data) != segment.crc32:
+            raise SegmentStoreError(f"stored segment {segment.name} of partition {partition} fails its CRC or size "
+                                    f"check ({len(data)} bytes, {segment.size_bytes} in the manifest)")
+        return data
+
+    def put(self, path: str, data: bytes) -> None:
+        """Write ``data`` at ``path`` under the root, verified, under a temporary name first, so that a
+        reader never sees a partial file."""
+        dest = f"{self.root}/{path}"
+        self.fs.create_dir(dest.rsplit("/", 1)[0], recursive=True)
+        tmp = dest + ".tmp"
+        with self.fs.open_output_stream(tmp) as out:
+            out.write(data)
+        if self._stored_crc(tmp) != (zlib.crc32(data), len(data)):
+            self.fs.delete_file(tmp)
+            raise SegmentStoreError(f"write of {dest} failed verification (CRC or size mismatch)")
+        self.fs.move(tmp, dest)
+
+    def get(self, path: str) -> bytes:
+        with self.fs.open_input_stream(f"{self.root}/{path}") as f:
+            return f.read()
 
     def download(self, partition, dest_dir: str | os.PathLike) -> list[str]:
         """Copy the manifest's segments into a local directory, CRC-checked; returns the local paths."""

@@ -1,0 +1,218 @@
+"""The compaction job in Spark: decode in executors, decide with Spark SQL, emit through the one batch emitter.
+
+1. ``records_frame``: one task per stored segment reads it from the segment store (checked against the
+   manifest), decodes it with the project's codec (``offsets_log.compactor.read_segment``) and yields a row
+   per record: partition, segment, offset, key bytes, record type, group, tombstone, batch timestamp.
+2. ``keep_frame``: which offsets survive, as DataFrame operations (the rules of ``offsets_log.compactor``,
+   written in Spark): the last record of every key, unless it is a tombstone older than
+   ``delete_retention_ms``; plus, per group (``coordinator.replay_rules.presence_needs``), the group's last
+   offset value and its key's last record when nothing else would re-create the group, or the group's last
+   metadata tombstone when surviving offset values precede it.
+3. ``write_compacted``: one task per segment gets that segment's surviving offsets from the DataFrame,
+   reads the segment again and writes the compacted segment and its index to the store's staging area
+   through ``offsets_log.compactor.write_segment`` -- the reference compactor's own emitter, so the bytes
+   equal ``compact_segments`` on the same input.
+4. ``check_equivalence``: one task per partition replays the original and the compacted segments and
+   compares the digests of the two states.
+
+Every step runs on the executors; the driver only sees per-segment and per-partition summaries.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from raygroups.coordinator.records import GROUP_METADATA_KEY_TYPE, OFFSET_COMMIT_KEY_TYPE
+from raygroups.coordinator.state import DurableState
+from raygroups.offsets_log.codec import decode_key_fields
+from raygroups.offsets_log.compactor import DEFAULT_MAX_BATCH_RECORDS, read_segment, write_segment
+from raygroups.offsets_log.index import DEFAULT_INDEX_INTERVAL_BYTES
+from raygroups.offsets_log.loader import replay_segments, state_digest
+from raygroups.offsets_log.segment import index_name
+from raygroups.offsets_log.store import SegmentStore, StoredSegment
+
+
+@dataclass(frozen=True)
+class SegmentRef:
+    """A stored closed segment, as a task needs it (plain data: it travels to the executors)."""
+
+    partition: int
+    name: str
+    base_offset: int
+    size_bytes: int
+    crc32: int
+
+    def stored(self) -> StoredSegment:
+        return StoredSegment(self.name, self.base_offset, self.size_bytes, self.crc32)
+
+
+def staging_dir(partition: int, run_id: str) -> str:
+    """Where a run writes a partition's compacted segments, relative to the store root."""
+    return f"{partition}/compacted/{run_id}"
+
+
+def _schema():
+    from pyspark.sql import types as T
+
+    return T.StructType([
+        T.StructField("partition", T.IntegerType(), False),
+        T.StructField("segment", T.LongType(), False),
+        T.StructField("offset", T.LongType(), False),
+        T.StructField("key", T.BinaryType(), False),
+        T.StructField("type_id", T.IntegerType(), False),
+        T.StructField("group", T.StringType(), False),
+        T.StructField("tombstone", T.BooleanType(), False),
+        T.StructField("ts", T.LongType(), False),
+    ])
+
+
+def _decode_segments(store_uri: str, refs):
+    """Executor side of step 1."""
+    store = SegmentStore(store_uri)
+    for ref in refs:
+        segment = read_segment(store.read(ref.partition, ref.stored()), ref.base_offset, f"{ref.partition}/{ref.name}")
+        fields_of: dict[bytes, tuple] = {}
+        for offset, kb, rv, ts in segment.records_by_offset():
+            fields = fields_of.get(kb)
+            if fields is None:
+                fields = fields_of[kb] = decode_key_fields(kb)
+                if fields[0] not in (OFFSET_COMMIT_KEY_TYPE, GROUP_METADATA_KEY_TYPE):
+                    raise ValueError(f"unknown record type {fields[0]} at offset {offset} of partition {ref.partition}")
+            yield (ref.partition, ref.base_offset, offset, bytes(kb), fields[0], fields[1], rv is None, ts)
+
+
+def records_frame(spark: Any, store_uri: str, refs: list[SegmentRef]):
+    """Step 1: every record of the given segments as a DataFrame."""
+    rdd = spark.sparkContext.parallelize(refs, max(1, len(refs))).mapPartitions(
+        lambda part: _decode_segments(store_uri, part))
+    return spark.createDataFrame(rdd, _schema())
+
+
+def keep_frame(records, *, delete_retention_ms: int, now_ms: int):
+    """Step 2: ``(partition, offset)`` of every surviving record, and ``last``: each key's last record."""
+    from pyspark.sql import functions as F
+
+    commit_value = (F.col("type_id") == OFFSET_COMMIT_KEY_TYPE) & ~F.col("tombstone")
+    metadata_tombstone = (F.col("type_id") == GROUP_METADATA_KEY_TYPE) & F.col("tombstone")
+    # Each key's last record (max_by over the offset: one row per key).
+    last = records.groupBy("partition", "key").agg(
+        F.max("offset").alias("last_pos"),
+        F.max_by("tombstone", "offset").alias("tombstone"),
+        F.max_by("ts", "offset").alias("ts"),
+        F.first("type_id").alias("type_id"),
+        F.first("group").alias("group"),
+    ).cache()
+    kept_last = last.where(~F.col("tombstone") | (F.lit(now_ms) - F.col("ts") <= F.lit(delete_retention_ms)))
+    # What decides each group's presence (replay_rules.GroupPresence after the whole input): its last offset
+    # value and its last metadata tombstone; a group is created by commits iff the former comes later.
+    per_group = records.groupBy("partition", "group").agg(
+        F.max(F.when(commit_value, F.col("offset"))).alias("cv_at"),
+        F.max(F.when(metadata_tombstone, F.col("offset"))).alias("mt_at"),
+    )
+    metadata_last = last.where(F.col("type_id") == GROUP_METADATA_KEY_TYPE).select(
+        "partition", "group", (~F.col("tombstone")).alias("metadata_is_value"))
+    surviving_values = last.where((F.col("type_id") == OFFSET_COMMIT_KEY_TYPE) & ~F.col("tombstone")).groupBy(
+        "partition", "group").agg(F.max("last_pos").alias("sv_at"))
+    needs = (
+        per_group.join(metadata_last, ["partition", "group"], "left")
+        .join(surviving_values, ["partition", "group"], "left")
+        .select(
+            "partition", "group", "cv_at", "mt_at",
+            F.coalesce("metadata_is_value", F.lit(False)).alias("is_value"),
+            (F.coalesce("cv_at", F.lit(-1)) > F.coalesce("mt_at", F.lit(-1))).alias("created"),
+            F.coalesce("sv_at", F.lit(-1)).alias("sv_at"),
+        )
+    )
+    keep_creator = needs.where(~F.col("is_value") & F.col("created")
+                               & (F.col("sv_at") <= F.coalesce("mt_at", F.lit(-1))))
+    keep_tombstone = needs.where(~F.col("is_value") & ~F.col("created") & (F.col("sv_at") >= 0))
+    # The creator's key (the record at cv_at) and that key's last record.
+    creator_key = keep_creator.select("partition", F.col("cv_at").alias("offset")).join(
+        records.select("partition", "offset", "key"), ["partition", "offset"])
+    creator_last = creator_key.join(last.select("partition", "key", "last_pos"), ["partition", "key"])
+    keep = (
+        kept_last.select("partition", F.col("last_pos").alias("offset"))
+        .unionByName(keep_creator.select("partition", F.col("cv_at").alias("offset")))
+        .unionByName(creator_last.select("partition", F.col("last_pos").alias("offset")))
+        .unionByName(keep_tombstone.select("partition", F.col("mt_at").alias("offset")))
+        .distinct()
+    )
+    return keep, last
+
+
+def tombstones_dropped(keep, last) -> dict[int, int]:
+    """Per partition: tombstones that were their key's last record and are not kept."""
+    from pyspark.sql import functions as F
+
+    dropped = last.where(F.col("tombstone")).select("partition", F.col("last_pos").alias("offset")).join(
+        keep, ["partition", "offset"], "left_anti")
+    return {row["partition"]: row["n"] for row in dropped.groupBy("partition").agg(F.count("*").alias("n")).collect()}
+
+
+def _write_segments(store_uri: str, run_id: str, max_batch_records: int, index_interval_bytes: int, rows):
+    """Executor side of step 3: ``rows`` are ``(ref, surviving offsets)``."""
+    store = SegmentStore(store_uri)
+    for ref, offsets in rows:
+        start = time.perf_counter()
+        segment = read_segment(store.read(ref.partition, ref.stored()), ref.base_offset, f"{ref.partition}/{ref.name}")
+        out = write_segment(segment, set(offsets or ()), max_batch_records=max_batch_records,
+                            index_interval_bytes=index_interval_bytes)
+        where = staging_dir(ref.partition, run_id)
+        store.put(f"{where}/{ref.name}", out.data)
+        store.put(f"{where}/{index_name(ref.base_offset)}", out.index.to_bytes(out.next_offset, len(out.data)))
+        yield {
+            "partition": ref.partition, "name": ref.name, "base_offset": ref.base_offset,
+            "next_offset": out.next_offset, "records_in": segment.records, "records_out": out.records,
+            "bytes_in": segment.bytes, "bytes_out": len(out.data), "seconds": time.perf_counter() - start,
+        }
+
+
+def write_compacted(spark: Any, store_uri: str, refs: list[SegmentRef], records, keep, run_id: str, *,
+                    max_batch_records: int = DEFAULT_MAX_BATCH_RECORDS,
+                    index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES) -> list[dict]:
+    """Step 3: the compacted segments in the store's staging area; one summary per segment."""
+    from pyspark.sql import functions as F
+
+    # Segments without a survivor still get a segment (empty batches hold their offsets): every ref is a
+    # task, joined to its survivors inside Spark.
+    by_segment = (
+        records.select("partition", "segment", "offset").join(keep, ["partition", "offset"], "left_semi")
+        .groupBy("partition", "segment").agg(F.collect_list("offset").alias("offsets"))
+    )
+    ref_rows = spark.createDataFrame([(r.partition, r.base_offset, r.name, r.size_bytes, r.crc32) for r in refs],
+                                     "partition int, segment long, name string, size_bytes long, crc32 long")
+    joined = ref_rows.join(by_segment, ["partition", "segment"], "left").repartition(max(1, len(refs)))
+    summaries = joined.rdd.map(
+        lambda row: (SegmentRef(row["partition"], row["name"], row["segment"], row["size_bytes"], row["crc32"]),
+                     row["offsets"])
+    ).mapPartitions(
+        lambda rows: _write_segments(store_uri, run_id, max_batch_records, index_interval_bytes, rows)
+    ).collect()
+    return sorted(summaries, key=lambda s: (s["partition"], s["base_offset"]))
+
+
+def _check_partition(store_uri: str, run_id: str, item):
+    partition, refs = item
+    store = SegmentStore(store_uri)
+    refs = sorted(refs, key=lambda r: r.base_offset)
+    start = refs[0].base_offset
+    before, after = DurableState(), DurableState()
+    replay_segments(((r.name, store.read(partition, r.stored())) for r in refs), before, start)
+    where = staging_dir(partition, run_id)
+    replay_segments(((r.name, store.get(f"{where}/{r.name}")) for r in refs), after, start)
+    return {"partition": partition, "digest_before": state_digest(before), "digest_after": state_digest(after)}
+
+
+def check_equivalence(spark: Any, store_uri: str, refs: list[SegmentRef], run_id: str) -> dict[int, dict]:
+    """Step 4: per partition, the digests of the states the original and the compacted segments replay to."""
+    by_partition: dict[int, list[SegmentRef]] = {}
+    for ref in refs:
+        by_partition.setdefault(ref.partition, []).append(ref)
+    items = sorted(by_partition.items())
+    if not items:
+        return {}
+    out = spark.sparkContext.parallelize(items, len(items)).map(
+        lambda item: _check_partition(store_uri, run_id, item)).collect()
+    return {d["partition"]: d for d in out}

@@ -1,0 +1,122 @@
+"""One Spark session per process, on the connected Ray cluster through raydp, set up for Java 17.
+
+``spark_session()`` starts it once (about 20 s here, and a first query pays JVM warm-up) and hands the same
+session to every later caller; ``stop_spark_session()`` ends it. The Spark master actors are pinned to the
+head node so they do not die with a coordinator node; executors are few and small by default (a 2-core
+machine runs the coordinator too). Without a usable Java, ``JavaMissingError`` says what to install, in one
+sentence, before any JVM is started.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from typing import Any
+
+from raygroups.ray_seam import HEAD_RESOURCE
+
+# raydp needs these on Java 17 for the driver, the executors and its app master (Spark's own launcher adds
+# them only for the driver it starts itself).
+JAVA_OPENS = " ".join(
+    ["-XX:+IgnoreUnrecognizedVMOptions"]
+    + [f"--add-opens=java.base/{pkg}=ALL-UNNAMED" for pkg in (
+        "java.lang", "java.lang.invoke", "java.io", "java.net", "java.nio", "java.math", "java.text", "java.util",
+        "java.util.concurrent", "java.util.concurrent.atomic", "sun.nio.ch", "sun.nio.cs", "sun.security.action",
+        "sun.util.calendar")]
+)
+MIN_JAVA = 17
+DEFAULT_EXECUTORS = 1
+DEFAULT_EXECUTOR_CORES = 1
+DEFAULT_EXECUTOR_MEMORY = "1g"
+
+_lock = threading.Lock()
+_session: Any = None
+
+
+class JavaMissingError(RuntimeError):
+    """Spark cannot start: no Java, or one older than Spark 3.5 on raydp needs."""
+
+
+def java_problem() -> str | None:
+    """None when a Java >= 17 is found (``JAVA_HOME`` first, then ``PATH``), else the sentence to show."""
+    home = os.environ.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    if not java or not os.path.exists(java):
+        return (f"the Spark compaction job needs Java {MIN_JAVA} or newer, and no 'java' was found "
+                f"(install a JDK, e.g. 'apt-get install openjdk-17-jdk-headless', or set JAVA_HOME)")
+    try:
+        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30).stderr
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"the Spark compaction job needs Java {MIN_JAVA} or newer, and {java} -version failed: {e}"
+    m = re.search(r'version "(\d+)', out)
+    major = int(m.group(1)) if m else 0
+    if major < MIN_JAVA:
+        return (f"the Spark compaction job needs Java {MIN_JAVA} or newer, and {java} is Java {major or 'unknown'} "
+                f"(install openjdk-17 and put it first on PATH, or set JAVA_HOME)")
+    return None
+
+
+def spark_configs(executor_memory: str = DEFAULT_EXECUTOR_MEMORY, verbose: bool = False) -> dict[str, str]:
+    configs = {
+        "spark.driver.extraJavaOptions": JAVA_OPENS,
+        "spark.executor.extraJavaOptions": JAVA_OPENS,
+        "spark.ray.raydp_app_master.extraJavaOptions": JAVA_OPENS,
+        # The master actors live on the head node: a coordinator node's death must not end the session.
+        f"spark.ray.raydp_spark_master.actor.resource.{HEAD_RESOURCE}": "0.001",
+        "spark.driver.memory": executor_memory,
+        "spark.sql.shuffle.partitions": "8",
+        "spark.default.parallelism": "8",
+        "spark.sql.adaptive.enabled": "true",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "true" if verbose else "false",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.python.worker.reuse": "true",
+    }
+    return configs
+
+
+def spark_session(*, executors: int = DEFAULT_EXECUTORS, executor_cores: int = DEFAULT_EXECUTOR_CORES,
+                  executor_memory: str = DEFAULT_EXECUTOR_MEMORY, verbose: bool = False) -> Any:
+    """The process's Spark session on the Ray cluster this process is connected to (started on first use)."""
+    global _session
+    with _lock:
+        if _session is not None:
+            return _session
+        problem = java_problem()
+        if problem:
+            raise JavaMissingError(problem)
+        import ray
+
+        if not ray.is_initialized():
+            raise RuntimeError("connect to the Ray cluster first (raygroups.connect / start_local / deploy)")
+        # Executors must run this interpreter (the one with raygroups installed), not the system python3.
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+        os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+        if not verbose:
+            for name in ("py4j", "pyspark", "raydp"):
+                logging.getLogger(name).setLevel(logging.ERROR)
+        import raydp
+
+        spark = raydp.init_spark(
+            app_name="raygroups-compaction", num_executors=executors, executor_cores=executor_cores,
+            executor_memory=executor_memory, configs=spark_configs(executor_memory, verbose),
+        )
+        spark.sparkContext.setLogLevel("INFO" if verbose else "ERROR")
+        _session = spark
+        return spark
+
+
+def stop_spark_session() -> None:
+    global _session
+    with _lock:
+        if _session is None:
+            return
+        import raydp
+
+        raydp.stop_spark()
+        _session = None
