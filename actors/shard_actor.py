@@ -26,6 +26,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from raygroups.actors import log_compaction
 from raygroups.actors.log_server import ray_node_id
 from raygroups.actors.partition_writer import AppendFailed, LocalWriter, PartitionWriter, ReplicatedWriter
 from raygroups.actors.replication import MAINTENANCE_INTERVAL_S, LeaderReplication
@@ -252,6 +253,31 @@ class CoordinatorShard:
         errors = dict(response.errors)
         errors.update(unknown)
         return OffsetCommitResponse({tp: errors[tp] for tp in req.offsets})
+
+    # ------------------------------------------------------------------------------------------
+    # Compaction (raygroups.compaction drives it; the log work runs on the I/O thread, between appends)
+    # ------------------------------------------------------------------------------------------
+    async def compaction_upload(self, store_uri: str, run_id: str) -> dict:
+        """Upload the closed segments (and a copy of the active one) for a compaction run."""
+        await self._serving("upload segments")
+        out = await self._run_io(log_compaction.upload, self._ctx.log, store_uri, self.partition, run_id)
+        return {**out, "leader_epoch": self._ctx.epoch, "node": self._node}
+
+    async def compaction_swap(self, store_uri: str, staged: str, leader_epoch: int, inputs: list, outputs: list) -> dict:
+        """Swap a run's compacted segments in, if this shard still leads at ``leader_epoch`` (a fence: a
+        run that uploaded from an older leader, or raced another run, changes nothing)."""
+        await self._serving("swap compacted segments")
+        if self._ctx.epoch != leader_epoch:
+            raise log_compaction.CompactionRefused(
+                f"partition {self.partition} is led at epoch {self._ctx.epoch}, the run uploaded at {leader_epoch}")
+        return await self._run_io(log_compaction.swap, self._ctx.log, store_uri, staged, inputs, outputs)
+
+    async def _serving(self, what: str) -> None:
+        self._ensure_started()
+        await self._loaded
+        if self._ctx.state is not PartitionState.ACTIVE or self._ctx.log is None:
+            raise log_compaction.CompactionRefused(f"partition {self.partition} cannot {what}: it is "
+                                                   f"{self._ctx.state.value}")
 
     async def set_topics(self, topics: dict[str, int]) -> None:
         self._topics = dict(topics)

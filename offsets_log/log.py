@@ -187,6 +187,11 @@ class FileLog:
     def epoch_entries(self) -> list[tuple[int, int]]:
         return list(self._epochs.entries)
 
+    @property
+    def active_segment_size(self) -> int:
+        """Valid bytes of the active (last) segment: its file may hold an unfinished write past them."""
+        return self._segments[-1].size_bytes
+
     def segment_paths(self, *, closed_only: bool = False) -> list[str]:
         segs = self._segments[:-1] if closed_only else self._segments
         return [s.path for s in segs]

@@ -1,6 +1,190 @@
 """Cluster-wide compaction of the offsets logs as a Spark job on Ray (raydp).
 
-``job`` holds the Spark steps (decode in executors with the project's codec, decide what survives with Spark
-SQL, write through the reference compactor's batch emitter, prove the replayed states equal);
-``spark_session`` starts and shares the one Spark session of a process.
+``run(cluster)`` compacts the closed segments of every partition (or of ``partitions``): each partition's
+leader uploads them to the segment store; the Spark job (``job``: decode in executors with the project's
+codec, decide what survives with Spark SQL, write through the reference compactor's batch emitter) writes
+compacted segments to the store's staging area; each partition whose replayed state is proved unchanged
+(digests of the states before and after) is swapped in by its leader under the leader epoch it uploaded
+at; and the committed offsets of the whole deployment go to a Parquet snapshot. ``spark_session`` starts
+and shares the one Spark session of a process.
+
+Guarantees: nothing is swapped unless the compacted segments replay to exactly the state the originals
+replay to; a partition whose leader changed, whose segments changed since the upload (another run), or
+whose stored copy is corrupt is reported and left as it was; the active segment is never touched.
+Not yet: replicated deployments are compacted and verified but not swapped (the followers' swap is to
+come), and the store must be reachable from every Spark executor (a local directory on one machine).
 """
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from raygroups.coordinator.messages import check_int, check_type
+
+SNAPSHOT_COLUMNS = ("group_id", "topic", "partition", "offset", "leader_epoch", "metadata", "commit_timestamp_ms",
+                    "expire_timestamp_ms")
+REPORT_KEYS = ("partition", "records_in", "records_out", "bytes_in", "bytes_out", "segments_in", "segments_out",
+               "tombstones_dropped", "equivalent", "swapped", "seconds")
+CALL_TIMEOUT_S = 120
+
+
+@dataclass
+class CompactionReport:
+    """What a run did: one dict per partition (``REPORT_KEYS``, plus ``ok`` and ``error``) and the snapshot."""
+
+    partitions: list[dict] = field(default_factory=list)
+    snapshot_path: str = ""
+    run_id: str = ""
+    storage_uri: str = ""
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.partitions) and all(p["ok"] for p in self.partitions) and bool(self.snapshot_path)
+
+    def to_dict(self) -> dict:
+        return {"ok": self.ok, "run_id": self.run_id, "storage_uri": self.storage_uri,
+                "snapshot_path": self.snapshot_path, "seconds": self.seconds, "partitions": self.partitions}
+
+
+def default_storage_uri(cluster: Any) -> str:
+    """The deployment's own segment store: a directory under its data directory."""
+    return os.path.join(cluster.data_dir, "segment-store")
+
+
+def run(cluster: Any, *, partitions: list[int] | None = None, storage_uri: str | None = None, spark: Any = None,
+        now_ms: int | None = None, progress: Any = None) -> CompactionReport:
+    """Compact the offsets logs of ``cluster`` (what ``start_local``, ``deploy`` or ``connect`` return); see
+    the module docstring. ``progress(step, done, total)`` is called as the run advances, if given."""
+    import ray
+
+    from raygroups.compaction import job
+    from raygroups.compaction.spark_session import spark_session
+
+    start = time.perf_counter()
+    chosen = _check_partitions(partitions, cluster.num_partitions)
+    check_type("storage_uri", storage_uri, str, nullable=True)
+    check_type("now_ms", now_ms, int, nullable=True)
+    if now_ms is not None:
+        check_int("now_ms", now_ms, 0, 2**63 - 1)
+    storage_uri = storage_uri or default_storage_uri(cluster)
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
+    report = CompactionReport(run_id=run_id, storage_uri=storage_uri)
+    step = progress or (lambda *_: None)
+    rows = {p: _row(p) for p in chosen}
+    # 1. Each leader uploads its closed segments (and a copy of its active one, for the snapshot).
+    uploads: dict[int, dict] = {}
+    refs = {p: cluster.shard(p).compaction_upload.remote(storage_uri, run_id) for p in chosen}
+    for i, p in enumerate(chosen):
+        try:
+            uploads[p] = ray.get(refs[p], timeout=CALL_TIMEOUT_S)
+        except Exception as e:  # noqa: BLE001 - an offline or refusing leader: report it, go on
+            rows[p]["error"] = f"upload failed: {_reason(e)}"
+        step("upload", i + 1, len(chosen))
+    segment_refs = [job.SegmentRef(p, name, base, size, crc) for p, up in uploads.items()
+                    for name, base, size, crc in up["segments"]]
+    session = spark if spark is not None else spark_session()
+    # 2-4. The Spark job over every uploaded partition at once, then the equivalence proof.
+    summaries: list[dict] = []
+    equivalence: dict[int, dict] = {}
+    dropped: dict[int, int] = {}
+    if segment_refs:
+        records = job.records_frame(session, storage_uri, segment_refs)
+        keep, last = job.keep_frame(records, delete_retention_ms=cluster.config.delete_retention_ms, now_ms=now_ms)
+        step("compact", 0, 3)
+        summaries = job.write_compacted(session, storage_uri, segment_refs, records, keep, run_id)
+        step("compact", 1, 3)
+        dropped = job.tombstones_dropped(keep, last)
+        step("compact", 2, 3)
+        equivalence = job.check_equivalence(session, storage_uri, segment_refs, run_id)
+        step("compact", 3, 3)
+    by_partition: dict[int, list[dict]] = {}
+    for s in summaries:
+        by_partition.setdefault(s["partition"], []).append(s)
+    # 5. Swap, partition by partition, where the proof holds.
+    for i, p in enumerate(sorted(uploads)):
+        row, outs = rows[p], by_partition.get(p, [])
+        row.update(_totals(outs, dropped.get(p, 0)))
+        digests = equivalence.get(p)
+        row["equivalent"] = digests is None or digests["digest_before"] == digests["digest_after"]
+        if not outs:
+            row["ok"] = True  # no closed segment yet: nothing to compact
+        elif not row["equivalent"]:
+            row["error"] = "the compacted segments do not replay to the same state; nothing was swapped"
+        elif cluster.replicated:
+            row["error"] = "replicated deployments are compacted and verified, not swapped yet"
+        else:
+            try:
+                ray.get(cluster.shard(p).compaction_swap.remote(
+                    storage_uri, job.staging_dir(p, run_id), uploads[p]["leader_epoch"], uploads[p]["segments"],
+                    outs), timeout=CALL_TIMEOUT_S)
+                row["swapped"] = row["ok"] = True
+            except Exception as e:  # noqa: BLE001 - the leader refused (fence) or is gone: report it
+                row["error"] = f"swap refused: {_reason(e)}"
+        step("swap", i + 1, len(uploads))
+    # 6. The snapshot of every committed offset, and the report beside it.
+    snapshot_dir = f"{storage_uri.rstrip('/')}/snapshots/{run_id}"
+    try:
+        job.write_snapshot(session, storage_uri, uploads, run_id, f"{snapshot_dir}/offsets.parquet")
+        report.snapshot_path = f"{snapshot_dir}/offsets.parquet"
+    except Exception as e:  # noqa: BLE001 - the compaction stands; the report says the snapshot failed
+        for p in rows:
+            rows[p].setdefault("error", f"snapshot failed: {_reason(e)}")
+            rows[p]["ok"] = False
+    for p in chosen:
+        rows[p]["seconds"] = round(time.perf_counter() - start, 3)
+    report.partitions = [rows[p] for p in chosen]
+    report.seconds = round(time.perf_counter() - start, 3)
+    _write_report(storage_uri, f"snapshots/{run_id}/report.json", report)
+    return report
+
+
+def read_snapshot(spark: Any, path: str) -> Any:
+    """The committed offsets of a run's snapshot: a Spark DataFrame with a session, else a pyarrow table."""
+    if spark is not None:
+        return spark.read.parquet(path)
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path)
+
+
+def _row(partition: int) -> dict:
+    row = {k: 0 for k in REPORT_KEYS}
+    row.update(partition=partition, equivalent=False, swapped=False, ok=False)
+    return row
+
+
+def _totals(outs: list[dict], dropped: int) -> dict:
+    return {
+        "records_in": sum(o["records_in"] for o in outs), "records_out": sum(o["records_out"] for o in outs),
+        "bytes_in": sum(o["bytes_in"] for o in outs), "bytes_out": sum(o["bytes_out"] for o in outs),
+        "segments_in": len(outs), "segments_out": len(outs), "tombstones_dropped": dropped,
+    }
+
+
+def _check_partitions(partitions: list[int] | None, num_partitions: int) -> list[int]:
+    if partitions is None:
+        return list(range(num_partitions))
+    check_type("partitions", partitions, (list, tuple))
+    for p in partitions:
+        check_int("partitions[]", p, 0, num_partitions - 1)
+    if not partitions:
+        raise ValueError("partitions must name at least one partition (None means all)")
+    return sorted(set(partitions))
+
+
+def _reason(e: Exception) -> str:
+    cause = getattr(e, "cause", None)
+    return str(cause if cause is not None else e).strip().splitlines()[-1]
+
+
+def _write_report(storage_uri: str, path: str, report: CompactionReport) -> None:
+    from raygroups.offsets_log.store import SegmentStore
+
+    SegmentStore(storage_uri).put(path, json.dumps(report.to_dict(), indent=1, sort_keys=True).encode())

@@ -21,6 +21,7 @@ Every step runs on the executors; the driver only sees per-segment and per-parti
 from __future__ import annotations
 
 import time
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -165,7 +166,8 @@ def _write_segments(store_uri: str, run_id: str, max_batch_records: int, index_i
         yield {
             "partition": ref.partition, "name": ref.name, "base_offset": ref.base_offset,
             "next_offset": out.next_offset, "records_in": segment.records, "records_out": out.records,
-            "bytes_in": segment.bytes, "bytes_out": len(out.data), "seconds": time.perf_counter() - start,
+            "bytes_in": segment.bytes, "bytes_out": len(out.data), "crc32_out": zlib.crc32(out.data),
+            "seconds": time.perf_counter() - start,
         }
 
 
@@ -216,3 +218,46 @@ def check_equivalence(spark: Any, store_uri: str, refs: list[SegmentRef], run_id
     out = spark.sparkContext.parallelize(items, len(items)).map(
         lambda item: _check_partition(store_uri, run_id, item)).collect()
     return {d["partition"]: d for d in out}
+
+
+def _snapshot_schema():
+    from pyspark.sql import types as T
+
+    return T.StructType([
+        T.StructField("group_id", T.StringType(), False),
+        T.StructField("topic", T.StringType(), False),
+        T.StructField("partition", T.IntegerType(), False),
+        T.StructField("offset", T.LongType(), False),
+        T.StructField("leader_epoch", T.IntegerType(), False),
+        T.StructField("metadata", T.StringType(), False),
+        T.StructField("commit_timestamp_ms", T.LongType(), False),
+        T.StructField("expire_timestamp_ms", T.LongType(), True),
+    ])
+
+
+def _snapshot_rows(store_uri: str, run_id: str, item):
+    """Executor side of the snapshot: replay a partition's uploaded closed segments and the copy of its
+    active segment; every committed offset of the resulting state is a row."""
+    from raygroups.actors.log_compaction import tail_dir
+
+    partition, segments, (tail_name, tail_base, _size) = item
+    store = SegmentStore(store_uri)
+    parts = [(name, store.read(partition, StoredSegment(name, base, size, crc))) for name, base, size, crc in segments]
+    parts.append((tail_name, store.get(f"{tail_dir(partition, run_id)}/{tail_name}")))
+    state = DurableState()
+    replay_segments(parts, state, segments[0][1] if segments else tail_base)
+    for group, by_tp in state.offsets.items():
+        for (topic, p), v in by_tp.items():
+            yield (group, topic, p, v.offset, v.leader_epoch, v.metadata, v.commit_timestamp_ms, v.expire_timestamp_ms)
+
+
+def write_snapshot(spark: Any, store_uri: str, uploads: dict[int, dict], run_id: str, path: str) -> None:
+    """Every committed offset of the uploaded partitions, as one Parquet dataset at ``path``."""
+    items = [(p, up["segments"], up["tail"]) for p, up in sorted(uploads.items())]
+    if items:
+        rdd = spark.sparkContext.parallelize(items, len(items)).flatMap(
+            lambda item: _snapshot_rows(store_uri, run_id, item))
+        frame = spark.createDataFrame(rdd, _snapshot_schema())
+    else:
+        frame = spark.createDataFrame([], _snapshot_schema())
+    frame.coalesce(1).write.mode("errorifexists").parquet(path)
