@@ -130,5 +130,8 @@ def deploy(address: str, data_dir: str, namespace: str, num_partitions: int, con
         _print_summary(summary)
 
 
+# Subcommands that live in their own modules register themselves on ``main``.
+from raygroups import cli_compact  # noqa: E402,F401
+
 if __name__ == "__main__":
     main()

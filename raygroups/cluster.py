@@ -10,6 +10,7 @@ named by their stable names (``placement.nodes``).
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -365,7 +366,7 @@ def start_local(num_partitions: int = 8, data_dir: str | os.PathLike | None = No
     cfg = CoordinatorConfig.from_properties(props)
     owns_ray = not ray.is_initialized()
     if owns_ray:
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
     alive = [n for n in ray.nodes() if n.get("Alive")]
     if len(alive) > 1:
         if owns_ray:

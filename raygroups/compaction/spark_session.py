@@ -9,12 +9,14 @@ sentence, before any JVM is started.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from typing import Any
 
@@ -102,13 +104,43 @@ def spark_session(*, executors: int = DEFAULT_EXECUTORS, executor_cores: int = D
                 logging.getLogger(name).setLevel(logging.ERROR)
         import raydp
 
-        spark = raydp.init_spark(
-            app_name="raygroups-compaction", num_executors=executors, executor_cores=executor_cores,
-            executor_memory=executor_memory, configs=spark_configs(executor_memory, verbose),
-        )
-        spark.sparkContext.setLogLevel("INFO" if verbose else "ERROR")
+        # The JVM and raydp's Ray workers inherit this process's stdout/stderr at start-up: unless asked
+        # for, their console noise (log4j, Ray's gcs_client lines) goes to a log file instead.
+        with _output_to(None if verbose else spark_log_path()):
+            spark = raydp.init_spark(
+                app_name="raygroups-compaction", num_executors=executors, executor_cores=executor_cores,
+                executor_memory=executor_memory, configs=spark_configs(executor_memory, verbose),
+            )
+            spark.sparkContext.setLogLevel("INFO" if verbose else "ERROR")
         _session = spark
         return spark
+
+
+def spark_log_path() -> str:
+    """Where Spark's console output goes when it is not shown."""
+    return os.path.join(tempfile.gettempdir(), f"raygroups-spark-{os.getpid()}.log")
+
+
+@contextlib.contextmanager
+def _output_to(path: str | None):
+    if path is None:
+        yield
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for f in (fd, *saved):
+            os.close(f)
 
 
 def stop_spark_session() -> None:

@@ -57,3 +57,15 @@ def test_python_dash_m_runs_the_same_command_line():
     done = subprocess.run([sys.executable, "-m", "raygroups", "deploy", "--help"], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0 and "Create, or resume, a replicated deployment" in done.stdout
+
+
+def test_compact_usage_and_a_missing_java_is_one_sentence(monkeypatch):
+    assert "--storage-uri" in run("compact", "--help").output
+    result = run("compact", "--partitions", "0,x")
+    assert result.exit_code == 2 and "is not a comma-separated list of partition numbers" in result.output
+    monkeypatch.setenv("JAVA_HOME", "/nonexistent-java-home")
+    result = run("compact", "--local")
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == [
+        "error: the Spark compaction job needs Java 17 or newer, and no 'java' was found (install a JDK, "
+        "e.g. 'apt-get install openjdk-17-jdk-headless', or set JAVA_HOME)"]

@@ -1,0 +1,197 @@
+"""``raygroups compact``: run the Spark compaction job on a deployment, or end to end on a local one."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from typing import Any
+
+import click
+
+from raygroups.cli import _ERRORS, _fail, _init_ray, main
+from raygroups.cluster import DEFAULT_NAMESPACE
+
+LOCAL_PARTITIONS = 4
+LOCAL_TOPIC_PARTITIONS = 8
+LOCAL_GROUPS = 40
+LOCAL_ROUNDS = 60
+LOCAL_CONFIG = {"offsets.topic.segment.bytes": 16 * 1024, "group.initial.rebalance.delay.ms": 0}
+
+
+def _parse_partitions(value: str | None) -> list[int] | None:
+    if value is None:
+        return None
+    try:
+        return [int(p) for p in value.split(",") if p.strip() != ""]
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a comma-separated list of partition numbers",
+                                 param_hint="--partitions") from None
+
+
+@main.command()
+@click.option("--address", default="auto", show_default=True, help="The Ray cluster of the deployment.")
+@click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True, help="Ray namespace of the deployment.")
+@click.option("--partitions", "partition_list", default=None, metavar="0,3",
+              help="The __consumer_offsets partitions to compact (default: all).")
+@click.option("--storage-uri", default=None,
+              help="Segment store (a directory, or a pyarrow.fs URI such as s3://bucket/prefix); default: "
+                   "<data dir>/segment-store.")
+@click.option("--local", is_flag=True,
+              help="Start the embedded default, fill it with synthetic commits, compact it, verify every "
+                   "committed offset, and stop it.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--verbose", is_flag=True, help="Show Spark's and Ray's console output.")
+def compact(address: str, namespace: str, partition_list: str | None, storage_uri: str | None, local: bool,
+            as_json: bool, verbose: bool) -> None:
+    """Compact the offsets logs with a Spark job on Ray (raydp); exit 0 only if every partition is ok."""
+    from raygroups.compaction.spark_session import JavaMissingError, java_problem
+
+    partitions = _parse_partitions(partition_list)
+    problem = java_problem()
+    if problem:
+        _fail(JavaMissingError(problem))
+    if local:
+        code = _compact_local(partitions, storage_uri, as_json, verbose)
+    else:
+        code = _compact_deployment(address, namespace, partitions, storage_uri, as_json, verbose)
+    sys.exit(code)
+
+
+def _compact_deployment(address, namespace, partitions, storage_uri, as_json, verbose) -> int:
+    from raygroups.cluster import connect
+    from raygroups.compaction.spark_session import stop_spark_session
+
+    try:
+        _init_ray(address)
+        cluster = connect(address, namespace)
+        report = _run_with_progress(cluster, partitions, storage_uri, as_json, verbose)
+    except _ERRORS as e:
+        _fail(e)
+    finally:
+        stop_spark_session()
+    _show(report, as_json)
+    return 0 if report.ok else 1
+
+
+def _compact_local(partitions, storage_uri, as_json, verbose) -> int:
+    from rich.console import Console
+
+    from raygroups.cluster import start_local
+
+    console = Console(stderr=as_json, quiet=as_json)
+    data_dir = tempfile.mkdtemp(prefix="raygroups-compact-")
+    with console.status("starting a local deployment (Ray, 4 shard actors)"):
+        cluster = start_local(num_partitions=LOCAL_PARTITIONS, data_dir=data_dir, config=LOCAL_CONFIG,
+                              namespace="raygroups-compact-local")
+    try:
+        cluster.create_topic("events", LOCAL_TOPIC_PARTITIONS)
+        client = cluster.client()
+        _fill(client, console)
+        before = _fetch_all(client)
+        report = _run_with_progress(cluster, partitions, storage_uri, as_json, verbose)
+        after = _fetch_all(client)
+        snapshot = _snapshot_offsets(report.snapshot_path) if report.snapshot_path else None
+    except _ERRORS as e:
+        _stop(cluster)
+        _fail(e)
+    _stop(cluster)
+    verified = after == before and snapshot == {g: v for g, v in before.items() if v}
+    _show(report, as_json, extra={"data_dir": data_dir, "verified": verified,
+                                  "offsets": sum(len(v) for v in before.values())})
+    if not as_json:
+        offsets = sum(len(v) for v in before.values())
+        if verified:
+            console.print(f"[green]verified[/]: all {offsets} committed offsets of {len(before)} groups read back "
+                          f"unchanged through the client after the swap, and the snapshot holds exactly them")
+        else:
+            console.print("[red]verification failed[/]: the offsets read back differ from those committed")
+        console.print(f"data directory (kept): {data_dir}")
+    return 0 if report.ok and verified else 1
+
+
+def _stop(cluster: Any) -> None:
+    """Spark first (its actors live in this Ray), then the deployment and the Ray it started."""
+    from raygroups.compaction.spark_session import stop_spark_session
+
+    stop_spark_session()
+    cluster.shutdown()
+
+
+def _fill(client: Any, console: Any) -> None:
+    """Synthetic commits: every group commits all partitions of the topic, round after round."""
+    from rich.progress import Progress
+
+    total = LOCAL_GROUPS * LOCAL_ROUNDS
+    with Progress(console=console, transient=True) as bar:
+        task = bar.add_task("committing synthetic offsets", total=total)
+        for r in range(LOCAL_ROUNDS):
+            futures = [client.commit_offsets(
+                group_id=f"pipeline-{g}",
+                offsets={("events", p): (r * 100 + p, f"round {r}") for p in range(LOCAL_TOPIC_PARTITIONS)})
+                for g in range(LOCAL_GROUPS)]
+            for f in futures:
+                f.result(60)
+            bar.advance(task, LOCAL_GROUPS)
+
+
+def _fetch_all(client: Any) -> dict:
+    out = {}
+    for g in range(LOCAL_GROUPS):
+        response = client.fetch_offsets(group_id=f"pipeline-{g}").result(60)
+        out[f"pipeline-{g}"] = {tp: po.offset for tp, po in response.offsets.items()}
+    return out
+
+
+def _snapshot_offsets(path: str) -> dict:
+    from raygroups.compaction import read_snapshot
+
+    out: dict = {}
+    for row in read_snapshot(None, path).to_pylist():
+        out.setdefault(row["group_id"], {})[(row["topic"], row["partition"])] = row["offset"]
+    return out
+
+
+def _run_with_progress(cluster: Any, partitions, storage_uri, as_json: bool, verbose: bool):
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from raygroups import compaction
+    from raygroups.compaction.spark_session import spark_session
+
+    console = Console(stderr=True, quiet=as_json)
+    with console.status("starting Spark on Ray (raydp; about 20 s)"):
+        spark = spark_session(verbose=verbose)
+    with Progress(console=console, transient=True) as bar:
+        tasks: dict[str, Any] = {}
+
+        def progress(step: str, done: int, total: int) -> None:
+            if step not in tasks:
+                tasks[step] = bar.add_task({"upload": "leaders upload closed segments",
+                                            "compact": "Spark: decode, select, write, prove",
+                                            "swap": "leaders swap compacted segments"}.get(step, step), total=total)
+            bar.update(tasks[step], completed=done, total=total)
+
+        return compaction.run(cluster, partitions=partitions, storage_uri=storage_uri, spark=spark,
+                              progress=progress)
+
+
+def _show(report: Any, as_json: bool, extra: dict | None = None) -> None:
+    if as_json:
+        click.echo(json.dumps({**report.to_dict(), **(extra or {})}, sort_keys=True, default=str))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("part.", "records", "bytes", "segs", "tombstones\ndropped", "proved", "swapped", "note",
+                  title=f"compaction run {report.run_id}")
+    for p in report.partitions:
+        note = p.get("error", "") if not p["ok"] else ("" if p["segments_in"] else "no closed segment yet")
+        table.add_row(
+            str(p["partition"]), f"{p['records_in']}→{p['records_out']}", f"{p['bytes_in']}→{p['bytes_out']}",
+            str(p["segments_in"]), str(p["tombstones_dropped"]),
+            "[green]yes[/]" if p["equivalent"] else "[red]no[/]", "[green]yes[/]" if p["swapped"] else "no", note)
+    console = Console()
+    console.print(table)
+    status = "[green]ok[/]" if report.ok else "[red]not ok[/]"
+    console.print(f"{status} in {report.seconds:.1f} s; snapshot: {report.snapshot_path or '(none)'}")
