@@ -163,6 +163,12 @@ class SegmentStore:
                 bad.append(s.name)
         return bad
 
+    def forget(self, partition, names: list[str]) -> None:
+        """Drop segments from the manifest (their stored copies are bad): the next ``upload`` copies them again."""
+        manifest = self.manifest(partition)
+        manifest.segments = [s for s in manifest.segments if s.name not in set(names)]
+        self._write_manifest(partition, manifest)
+
     def read(self, partition, segment: StoredSegment) -> bytes:
         """A stored segment's bytes, checked against the manifest entry (size and CRC)."""
         with self.fs.open_input_stream(f"{self._dir(partition)}/{segment.name}") as f:

@@ -65,6 +65,7 @@ def run(cluster: Any, *, partitions: list[int] | None = None, storage_uri: str |
 
     from raygroups.compaction import job
     from raygroups.compaction.spark_session import spark_session
+    from raygroups.offsets_log.store import SegmentStore
 
     start = time.perf_counter()
     chosen = _check_partitions(partitions, cluster.num_partitions)
@@ -90,6 +91,13 @@ def run(cluster: Any, *, partitions: list[int] | None = None, storage_uri: str |
     segment_refs = [job.SegmentRef(p, name, base, size, crc) for p, up in uploads.items()
                     for name, base, size, crc in up["segments"]]
     session = spark if spark is not None else spark_session()
+    # 0. A partition with a corrupt or missing stored segment is left out, and said so.
+    store = SegmentStore(storage_uri)
+    for p, bad in job.stored_segment_errors(session, storage_uri, segment_refs).items():
+        rows[p]["error"] = f"corrupt segment store: {bad[0][1]}; the log was not changed, the next run copies it again"
+        store.forget(p, [name for name, _ in bad])
+        del uploads[p]
+    segment_refs = [r for r in segment_refs if r.partition in uploads]
     # 2-4. The Spark job over every uploaded partition at once, then the equivalence proof.
     summaries: list[dict] = []
     equivalence: dict[int, dict] = {}

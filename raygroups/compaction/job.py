@@ -32,7 +32,7 @@ from raygroups.offsets_log.compactor import DEFAULT_MAX_BATCH_RECORDS, read_segm
 from raygroups.offsets_log.index import DEFAULT_INDEX_INTERVAL_BYTES
 from raygroups.offsets_log.loader import replay_segments, state_digest
 from raygroups.offsets_log.segment import index_name
-from raygroups.offsets_log.store import SegmentStore, StoredSegment
+from raygroups.offsets_log.store import SegmentStore, SegmentStoreError, StoredSegment
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,28 @@ def _decode_segments(store_uri: str, refs):
                 if fields[0] not in (OFFSET_COMMIT_KEY_TYPE, GROUP_METADATA_KEY_TYPE):
                     raise ValueError(f"unknown record type {fields[0]} at offset {offset} of partition {ref.partition}")
             yield (ref.partition, ref.base_offset, offset, bytes(kb), fields[0], fields[1], rv is None, ts)
+
+
+def _check_stored(store_uri: str, refs):
+    store = SegmentStore(store_uri)
+    for ref in refs:
+        try:
+            store.read(ref.partition, ref.stored())
+        except (OSError, SegmentStoreError) as e:
+            yield ref.partition, ref.name, str(e)
+
+
+def stored_segment_errors(spark: Any, store_uri: str, refs: list[SegmentRef]) -> dict[int, list[tuple[str, str]]]:
+    """Step 0: per partition, its stored segments that are missing or fail their size and CRC check, as
+    ``(name, error)`` (a partition with one is left out of the run; the others go on)."""
+    if not refs:
+        return {}
+    found = spark.sparkContext.parallelize(refs, len(refs)).mapPartitions(
+        lambda part: _check_stored(store_uri, part)).collect()
+    errors: dict[int, list[tuple[str, str]]] = {}
+    for partition, name, error in found:
+        errors.setdefault(partition, []).append((name, error))
+    return errors
 
 
 def records_frame(spark: Any, store_uri: str, refs: list[SegmentRef]):

@@ -24,22 +24,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 NO_FSYNC = {"fsync_for_testing": lambda fd: None}
 
 
-@pytest.fixture(scope="module")
-def spark():
-    import ray
-
-    from raygroups.compaction.spark_session import spark_session, stop_spark_session
-
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    session = spark_session()
-    yield session
-    stop_spark_session()
-    if started:
-        ray.shutdown()
-
-
 def _epochs(n: int, bumps: list[int]) -> list[int]:
     """Non-decreasing leader epochs for ``n`` batches, bumped at the given batch indexes."""
     out, epoch = [], 0

@@ -3,6 +3,8 @@ before compaction, after it, after the shard replays its compacted log, and in t
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from raygroups.coordinator.errors import Errors
 
@@ -12,16 +14,13 @@ GROUPS = [f"pipeline-{i}" for i in range(6)]
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory):
+def env(spark, tmp_path_factory):
     from raygroups import start_local
-    from raygroups.compaction.spark_session import spark_session, stop_spark_session
 
     cluster = start_local(num_partitions=2, data_dir=tmp_path_factory.mktemp("data"), config=CONFIG,
                           namespace="compaction-test")
     cluster.create_topic("events", 4)
-    spark = spark_session()
     yield cluster, spark
-    stop_spark_session()
     cluster.shutdown()
 
 
@@ -85,6 +84,41 @@ def test_compaction_keeps_every_committed_offset_and_shrinks_the_log(env):
     again = compaction.run(cluster, spark=spark, partitions=[0, 1])
     assert again.ok, again.to_dict()
     assert _fetch_all(client) == after_more
+
+
+def test_a_corrupt_stored_segment_stops_its_partition_only_and_the_next_run_repairs_it(env):
+    import ray
+
+    from raygroups import compaction
+
+    cluster, spark = env
+    client = cluster.client()
+    _commit_rounds(client, 30, start=100)
+    expected = _fetch_all(client)
+    uri = compaction.default_storage_uri(cluster)
+    # The leader uploads (as a run would) and the stored copy of one new segment rots in the store.
+    uploaded = ray.get(cluster.shard(0).compaction_upload.remote(uri, "manual"), timeout=60)
+    name = uploaded["segments"][-1][0]
+    path = os.path.join(uri, "0", name)
+    with open(path, "r+b") as f:
+        f.seek(30)
+        byte = f.read(1)
+        f.seek(30)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    local = os.path.join(cluster.data_dir, "__consumer_offsets-0", name)
+    local_bytes = open(local, "rb").read()
+
+    report = compaction.run(cluster, spark=spark)
+    rows = {r["partition"]: r for r in report.partitions}
+    assert not report.ok and not rows[0]["ok"] and not rows[0]["swapped"]
+    assert f"stored segment {name} of partition 0 fails its CRC" in rows[0]["error"]
+    assert rows[1]["ok"]
+    assert open(local, "rb").read() == local_bytes  # partition 0's log was not touched
+    assert _fetch_all(client) == expected
+
+    repaired = compaction.run(cluster, spark=spark)
+    assert repaired.ok, repaired.to_dict()
+    assert _fetch_all(client) == expected
 
 
 def test_bad_arguments_are_refused_before_anything_runs(env):
