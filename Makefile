@@ -31,6 +31,7 @@ bench: $(STAMP)
 	$(PY) bench/throughput.py
 	$(PY) bench/failover.py
 	$(PY) bench/restart.py
+	$(PY) bench/compaction.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info

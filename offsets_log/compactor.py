@@ -184,13 +184,6 @@ class SegmentSources:
     batches: int = 0
     bytes: int = 0
 
-    def records_by_offset(self):
-        """``(offset, key bytes, raw value or None, batch timestamp)`` of every record, in log order."""
-        for src in self.sources:
-            ts = src.timestamp_ms
-            for offset, kb, rv in src.records:
-                yield offset, kb, rv, ts
-
 
 def read_segment(data: bytes | bytearray | memoryview, base_offset: int, name: str = "segment") -> SegmentSources:
     """Decode a closed segment's bytes with full CRC checks (the one decoder of every compactor)."""

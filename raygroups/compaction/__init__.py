@@ -110,6 +110,7 @@ def run(cluster: Any, *, partitions: list[int] | None = None, storage_uri: str |
         step("compact", 1, 3)
         dropped = job.tombstones_dropped(keep, last)
         step("compact", 2, 3)
+        records.unpersist()
         equivalence = job.check_equivalence(session, storage_uri, segment_refs, run_id)
         step("compact", 3, 3)
     by_partition: dict[int, list[dict]] = {}

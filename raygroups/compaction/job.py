@@ -69,19 +69,42 @@ def _schema():
     ])
 
 
-def _decode_segments(store_uri: str, refs):
-    """Executor side of step 1."""
-    store = SegmentStore(store_uri)
-    for ref in refs:
-        segment = read_segment(store.read(ref.partition, ref.stored()), ref.base_offset, f"{ref.partition}/{ref.name}")
-        fields_of: dict[bytes, tuple] = {}
-        for offset, kb, rv, ts in segment.records_by_offset():
+def _decode_segment(store: SegmentStore, ref: SegmentRef):
+    """One segment's records as an Arrow record batch (columns of ``_schema()``)."""
+    import pyarrow as pa
+
+    segment = read_segment(store.read(ref.partition, ref.stored()), ref.base_offset, f"{ref.partition}/{ref.name}")
+    offsets, keys, types, groups, tombstones, stamps = [], [], [], [], [], []
+    fields_of: dict[bytes, tuple] = {}
+    for src in segment.sources:
+        ts = src.timestamp_ms
+        for offset, kb, rv in src.records:
             fields = fields_of.get(kb)
             if fields is None:
                 fields = fields_of[kb] = decode_key_fields(kb)
                 if fields[0] not in (OFFSET_COMMIT_KEY_TYPE, GROUP_METADATA_KEY_TYPE):
                     raise ValueError(f"unknown record type {fields[0]} at offset {offset} of partition {ref.partition}")
-            yield (ref.partition, ref.base_offset, offset, bytes(kb), fields[0], fields[1], rv is None, ts)
+            offsets.append(offset)
+            keys.append(kb)
+            types.append(fields[0])
+            groups.append(fields[1])
+            tombstones.append(rv is None)
+            stamps.append(ts)
+    n = len(offsets)
+    return pa.RecordBatch.from_arrays([
+        pa.array([ref.partition] * n, pa.int32()), pa.array([ref.base_offset] * n, pa.int64()),
+        pa.array(offsets, pa.int64()), pa.array(keys, pa.binary()), pa.array(types, pa.int32()),
+        pa.array(groups, pa.string()), pa.array(tombstones, pa.bool_()), pa.array(stamps, pa.int64()),
+    ], names=["partition", "segment", "offset", "key", "type_id", "group", "tombstone", "ts"])
+
+
+def _decode_segments(store_uri: str, batches):
+    """Executor side of step 1: Arrow batches of segment references in, Arrow batches of records out."""
+    store = SegmentStore(store_uri)
+    for batch in batches:
+        for row in batch.to_pylist():
+            yield _decode_segment(store, SegmentRef(row["partition"], row["name"], row["segment"],
+                                                    row["size_bytes"], row["crc32"]))
 
 
 def _check_stored(store_uri: str, refs):
@@ -106,11 +129,19 @@ def stored_segment_errors(spark: Any, store_uri: str, refs: list[SegmentRef]) ->
     return errors
 
 
+def _refs_frame(spark: Any, refs: list[SegmentRef]):
+    """One row per segment, one segment per Spark partition (a task each)."""
+    rows = [(r.partition, r.base_offset, r.name, r.size_bytes, r.crc32) for r in refs]
+    frame = spark.createDataFrame(rows, "partition int, segment long, name string, size_bytes long, crc32 long")
+    return frame.repartition(max(1, len(refs)))
+
+
 def records_frame(spark: Any, store_uri: str, refs: list[SegmentRef]):
-    """Step 1: every record of the given segments as a DataFrame."""
-    rdd = spark.sparkContext.parallelize(refs, max(1, len(refs))).mapPartitions(
-        lambda part: _decode_segments(store_uri, part))
-    return spark.createDataFrame(rdd, _schema())
+    """Step 1: every record of the given segments as a DataFrame, decoded in the executors into Arrow
+    batches (``mapInArrow``: no row-by-row pickling between Python and the JVM)."""
+    frame = _refs_frame(spark, refs).mapInArrow(lambda batches: _decode_segments(store_uri, batches), _schema())
+    # Steps 2 and 3 both read it: decode once (the caller unpersists it when the run is done).
+    return frame.cache()
 
 
 def keep_frame(records, *, delete_retention_ms: int, now_ms: int):
@@ -205,9 +236,8 @@ def write_compacted(spark: Any, store_uri: str, refs: list[SegmentRef], records,
         records.select("partition", "segment", "offset").join(keep, ["partition", "offset"], "left_semi")
         .groupBy("partition", "segment").agg(F.collect_list("offset").alias("offsets"))
     )
-    ref_rows = spark.createDataFrame([(r.partition, r.base_offset, r.name, r.size_bytes, r.crc32) for r in refs],
-                                     "partition int, segment long, name string, size_bytes long, crc32 long")
-    joined = ref_rows.join(by_segment, ["partition", "segment"], "left").repartition(max(1, len(refs)))
+    joined = _refs_frame(spark, refs).join(by_segment, ["partition", "segment"], "left").repartition(
+        max(1, len(refs)))
     summaries = joined.rdd.map(
         lambda row: (SegmentRef(row["partition"], row["name"], row["segment"], row["size_bytes"], row["crc32"]),
                      row["offsets"])
