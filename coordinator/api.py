@@ -74,6 +74,13 @@ _EMPTY_GROUP_ID_ALLOWED = (OffsetCommitRequest, OffsetFetchRequest)
 def _handle(shard: GroupCoordinatorShard, request: Any, respond: Deferred) -> Result:
     """The one place a request meets its handler. JoinGroup and SyncGroup answer through ``respond`` (they
     may park); the others answer in their result; the reads write nothing."""
+    result = _run_handler(shard, request, respond)
+    if not isinstance(result, Result):  # a handler path that forgot to return what it wrote
+        raise TypeError(f"{type(request).__name__} handler returned {type(result).__name__}, not a Result")
+    return result
+
+
+def _run_handler(shard: GroupCoordinatorShard, request: Any, respond: Deferred) -> Result:
     match request:
         case JoinGroupRequest():
             return shard.join_group(request, respond)

@@ -256,7 +256,7 @@ class CoordinatorRuntime:
     def run_timer(self, ctx: PartitionContext) -> Callable[[Callable[[], Result]], None]:
         def run(fn: Callable[[], Result]) -> None:
             if ctx.state is PartitionState.ACTIVE and ctx.shard is not None:
-                self.execute(ctx, fn)
+                self.execute(ctx, lambda: _checked(fn()))
 
         return run
 
@@ -311,3 +311,10 @@ class CoordinatorRuntime:
         ctx.shard = None
         ctx.state = PartitionState.CLOSED
         return ctx
+
+
+def _checked(result: Result) -> Result:
+    """A timer's step must say what it wrote: a path that forgot (None) would drop its records."""
+    if not isinstance(result, Result):
+        raise TypeError(f"a timer returned {type(result).__name__}, not a Result")
+    return result

@@ -79,3 +79,13 @@ def test_the_shard_has_no_operation_accumulator():
     """Nothing is written behind a handler's back: no shard-level record buffer to push into."""
     source = inspect.getsource(shard_module)
     assert "_op_records" not in source and "take_operation" not in source and "def _write" not in source
+
+
+def test_a_handler_that_forgets_its_result_fails_loudly_instead_of_dropping_records(monkeypatch):
+    ctx = Ctx()
+    generation, (member_id,), _ = ctx.stable_group(1)
+    monkeypatch.setattr(type(_shard(ctx)), "leave_group", lambda self, req: None)
+    response = ctx.leave([(member_id, None)])
+    assert response.error is Errors.UNKNOWN_SERVER_ERROR
+    assert isinstance(ctx.coord._runtime.last_exception, TypeError)
+    assert "LeaveGroupRequest handler returned NoneType, not a Result" in str(ctx.coord._runtime.last_exception)
