@@ -19,6 +19,26 @@ LOCAL_ROUNDS = 60
 LOCAL_CONFIG = {"offsets.topic.segment.bytes": 16 * 1024, "group.initial.rebalance.delay.ms": 0}
 
 
+class SparkJobError(RuntimeError):
+    """The Spark job itself failed (an executor error reaches the driver as a Java exception)."""
+
+
+def _spark_errors():
+    """Spark's own exception types, so that a failed job prints one sentence instead of a JVM trace."""
+    try:
+        from py4j.protocol import Py4JError
+        from pyspark.errors import PySparkException
+    except ImportError:  # pragma: no cover - pyspark is a dependency
+        return ()
+    return (Py4JError, PySparkException)
+
+
+def _one_sentence(e: BaseException) -> SparkJobError:
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    cause = next((line for line in reversed(lines) if "Error" in line or "error" in line), lines[-1] if lines else "")
+    return SparkJobError(f"the Spark job failed: {cause[:300]} (run with --verbose for Spark's log)")
+
+
 def _parse_partitions(value: str | None) -> list[int] | None:
     if value is None:
         return None
@@ -68,6 +88,8 @@ def _compact_deployment(address, namespace, partitions, storage_uri, as_json, ve
         report = _run_with_progress(cluster, partitions, storage_uri, as_json, verbose)
     except _ERRORS as e:
         _fail(e)
+    except _spark_errors() as e:
+        _fail(_one_sentence(e))
     finally:
         stop_spark_session()
     _show(report, as_json)
@@ -95,6 +117,9 @@ def _compact_local(partitions, storage_uri, as_json, verbose) -> int:
     except _ERRORS as e:
         _stop(cluster)
         _fail(e)
+    except _spark_errors() as e:
+        _stop(cluster)
+        _fail(_one_sentence(e))
     _stop(cluster)
     verified = after == before and snapshot == {g: v for g, v in before.items() if v}
     _show(report, as_json, extra={"data_dir": data_dir, "verified": verified,
