@@ -81,17 +81,23 @@ def run(cluster: Any, *, partitions: list[int] | None = None, storage_uri: str |
     rows = {p: _row(p) for p in chosen}
     # 1. Each leader uploads its closed segments (and a copy of its active one, for the snapshot).
     uploads: dict[int, dict] = {}
-    refs = {p: cluster.shard(p).compaction_upload.remote(storage_uri, run_id) for p in chosen}
+    refs: dict[int, Any] = {}
+    for p in chosen:
+        try:
+            refs[p] = cluster.shard(p).compaction_upload.remote(storage_uri, run_id)
+        except ValueError as e:  # no shard actor by that name: the partition is offline
+            rows[p]["error"] = f"upload failed: {_reason(e)}"
     for i, p in enumerate(chosen):
         try:
-            uploads[p] = ray.get(refs[p], timeout=CALL_TIMEOUT_S)
+            if p in refs:
+                uploads[p] = ray.get(refs[p], timeout=CALL_TIMEOUT_S)
         except Exception as e:  # noqa: BLE001 - an offline or refusing leader: report it, go on
             rows[p]["error"] = f"upload failed: {_reason(e)}"
         step("upload", i + 1, len(chosen))
     segment_refs = [job.SegmentRef(p, name, base, size, crc) for p, up in uploads.items()
                     for name, base, size, crc in up["segments"]]
     session = spark if spark is not None else spark_session()
-    # 0. A partition with a corrupt or missing stored segment is left out, and said so.
+    # A partition with a corrupt or missing stored segment is left out, and said so.
     store = SegmentStore(storage_uri)
     for p, bad in job.stored_segment_errors(session, storage_uri, segment_refs).items():
         rows[p]["error"] = f"corrupt segment store: {bad[0][1]}; the log was not changed, the next run copies it again"
