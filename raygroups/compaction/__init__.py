@@ -24,10 +24,10 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from raygroups.compaction.job import SNAPSHOT_FIELDS
 from raygroups.coordinator.messages import check_int, check_type
 
-SNAPSHOT_COLUMNS = ("group_id", "topic", "partition", "offset", "leader_epoch", "metadata", "commit_timestamp_ms",
-                    "expire_timestamp_ms")
+SNAPSHOT_COLUMNS = tuple(name for name, _, _ in SNAPSHOT_FIELDS)
 REPORT_KEYS = ("partition", "records_in", "records_out", "bytes_in", "bytes_out", "segments_in", "segments_out",
                "tombstones_dropped", "equivalent", "swapped", "seconds")
 CALL_TIMEOUT_S = 120

@@ -54,23 +54,25 @@ def staging_dir(partition: int, run_id: str) -> str:
     return f"{partition}/compacted/{run_id}"
 
 
-def _schema():
+# (name, type, nullable) of the decoded records (step 1) and of the snapshot's rows.
+RECORD_FIELDS = (("partition", "int", False), ("segment", "long", False), ("offset", "long", False),
+                 ("key", "binary", False), ("type_id", "int", False), ("group", "string", False),
+                 ("tombstone", "boolean", False), ("ts", "long", False))
+SNAPSHOT_FIELDS = (("group_id", "string", False), ("topic", "string", False), ("partition", "int", False),
+                   ("offset", "long", False), ("leader_epoch", "int", False), ("metadata", "string", False),
+                   ("commit_timestamp_ms", "long", False), ("expire_timestamp_ms", "long", True))
+
+
+def _struct(fields):
     from pyspark.sql import types as T
 
-    return T.StructType([
-        T.StructField("partition", T.IntegerType(), False),
-        T.StructField("segment", T.LongType(), False),
-        T.StructField("offset", T.LongType(), False),
-        T.StructField("key", T.BinaryType(), False),
-        T.StructField("type_id", T.IntegerType(), False),
-        T.StructField("group", T.StringType(), False),
-        T.StructField("tombstone", T.BooleanType(), False),
-        T.StructField("ts", T.LongType(), False),
-    ])
+    kinds = {"int": T.IntegerType, "long": T.LongType, "string": T.StringType, "binary": T.BinaryType,
+             "boolean": T.BooleanType}
+    return T.StructType([T.StructField(name, kinds[kind](), nullable) for name, kind, nullable in fields])
 
 
 def _decode_segment(store: SegmentStore, ref: SegmentRef):
-    """One segment's records as an Arrow record batch (columns of ``_schema()``)."""
+    """One segment's records as an Arrow record batch (columns of ``RECORD_FIELDS``)."""
     import pyarrow as pa
 
     segment = read_segment(store.read(ref.partition, ref.stored()), ref.base_offset, f"{ref.partition}/{ref.name}")
@@ -95,7 +97,7 @@ def _decode_segment(store: SegmentStore, ref: SegmentRef):
         pa.array([ref.partition] * n, pa.int32()), pa.array([ref.base_offset] * n, pa.int64()),
         pa.array(offsets, pa.int64()), pa.array(keys, pa.binary()), pa.array(types, pa.int32()),
         pa.array(groups, pa.string()), pa.array(tombstones, pa.bool_()), pa.array(stamps, pa.int64()),
-    ], names=["partition", "segment", "offset", "key", "type_id", "group", "tombstone", "ts"])
+    ], names=[name for name, _, _ in RECORD_FIELDS])
 
 
 def _decode_segments(store_uri: str, batches):
@@ -139,7 +141,7 @@ def _refs_frame(spark: Any, refs: list[SegmentRef]):
 def records_frame(spark: Any, store_uri: str, refs: list[SegmentRef]):
     """Step 1: every record of the given segments as a DataFrame, decoded in the executors into Arrow
     batches (``mapInArrow``: no row-by-row pickling between Python and the JVM)."""
-    frame = _refs_frame(spark, refs).mapInArrow(lambda batches: _decode_segments(store_uri, batches), _schema())
+    frame = _refs_frame(spark, refs).mapInArrow(lambda batches: _decode_segments(store_uri, batches), _struct(RECORD_FIELDS))
     # Steps 2 and 3 both read it: decode once (the caller unpersists it when the run is done).
     return frame.cache()
 
@@ -272,21 +274,6 @@ def check_equivalence(spark: Any, store_uri: str, refs: list[SegmentRef], run_id
     return {d["partition"]: d for d in out}
 
 
-def _snapshot_schema():
-    from pyspark.sql import types as T
-
-    return T.StructType([
-        T.StructField("group_id", T.StringType(), False),
-        T.StructField("topic", T.StringType(), False),
-        T.StructField("partition", T.IntegerType(), False),
-        T.StructField("offset", T.LongType(), False),
-        T.StructField("leader_epoch", T.IntegerType(), False),
-        T.StructField("metadata", T.StringType(), False),
-        T.StructField("commit_timestamp_ms", T.LongType(), False),
-        T.StructField("expire_timestamp_ms", T.LongType(), True),
-    ])
-
-
 def _snapshot_rows(store_uri: str, run_id: str, item):
     """Executor side of the snapshot: replay a partition's uploaded closed segments and the copy of its
     active segment; every committed offset of the resulting state is a row."""
@@ -309,7 +296,7 @@ def write_snapshot(spark: Any, store_uri: str, uploads: dict[int, dict], run_id:
     if items:
         rdd = spark.sparkContext.parallelize(items, len(items)).flatMap(
             lambda item: _snapshot_rows(store_uri, run_id, item))
-        frame = spark.createDataFrame(rdd, _snapshot_schema())
+        frame = spark.createDataFrame(rdd, _struct(SNAPSHOT_FIELDS))
     else:
-        frame = spark.createDataFrame([], _snapshot_schema())
+        frame = spark.createDataFrame([], _struct(SNAPSHOT_FIELDS))
     frame.coalesce(1).write.mode("errorifexists").parquet(path)
