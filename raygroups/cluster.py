@@ -366,6 +366,9 @@ def start_local(num_partitions: int = 8, data_dir: str | os.PathLike | None = No
     cfg = CoordinatorConfig.from_properties(props)
     owns_ray = not ray.is_initialized()
     if owns_ray:
+        # The embedded default's Ray belongs to this process: Ray's notice that it enabled token auth (the
+        # secure default) is not news to its user.
+        logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
         ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
     alive = [n for n in ray.nodes() if n.get("Alive")]
     if len(alive) > 1:
