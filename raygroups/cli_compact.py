@@ -197,8 +197,8 @@ def _run_with_progress(cluster: Any, partitions, storage_uri, as_json: bool, ver
                                             "swap": "leaders swap compacted segments"}.get(step, step), total=total)
             bar.update(tasks[step], completed=done, total=total)
 
-        return compaction.run(cluster, partitions=partitions, storage_uri=storage_uri, spark=spark,
-                              progress=progress)
+        return compaction.run_with_progress(cluster, partitions=partitions, storage_uri=storage_uri, spark=spark,
+                                            progress=progress)
 
 
 def _show(report: Any, as_json: bool, extra: dict | None = None) -> None:

@@ -58,9 +58,15 @@ def default_storage_uri(cluster: Any) -> str:
 
 
 def run(cluster: Any, *, partitions: list[int] | None = None, storage_uri: str | None = None, spark: Any = None,
-        now_ms: int | None = None, progress: Any = None) -> CompactionReport:
+        now_ms: int | None = None) -> CompactionReport:
     """Compact the offsets logs of ``cluster`` (what ``start_local``, ``deploy`` or ``connect`` return); see
-    the module docstring. ``progress(step, done, total)`` is called as the run advances, if given."""
+    the module docstring."""
+    return run_with_progress(cluster, partitions=partitions, storage_uri=storage_uri, spark=spark, now_ms=now_ms)
+
+
+def run_with_progress(cluster: Any, *, partitions: list[int] | None = None, storage_uri: str | None = None,
+                      spark: Any = None, now_ms: int | None = None, progress: Any = None) -> CompactionReport:
+    """``run``, calling ``progress(step, done, total)`` as the run advances (the CLI's progress bars)."""
     import ray
 
     from raygroups.compaction import job
