@@ -13,6 +13,7 @@ Guarantees:
   ``CorruptLogError`` naming the file and byte position, and no file is modified.
 * Every read verifies the CRC of every batch it returns; a damaged closed segment raises
   ``CorruptLogError`` at the latest when the loader reaches it (``verify()`` checks everything up front).
+* ``replace_segments`` swaps compacted segments in all or none, also across a crash (``cleaning``).
 * One writer per directory: a second ``open_log`` on the same directory fails with ``LogLockedError``
   until the first is closed (``fcntl.flock`` on ``.lock``; the lock dies with the process).
 
@@ -35,6 +36,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from raygroups.offsets_log.batch import Batch, check_append
+from raygroups.offsets_log.cleaning import (
+    SWAP_MARKER,
+    SWAP_SUFFIX,
+    write_cleaner_checkpoint,
+    write_swap_marker,
+)
 from raygroups.offsets_log.codec import (
     RecordFormatError,
     batch_from_raw,
@@ -84,6 +91,7 @@ class RecoveryReport:
     rebuilt_indexes: list[str] = field(default_factory=list)
     epoch_checkpoint_repaired: bool = False
     removed_temporary_files: list[str] = field(default_factory=list)
+    finished_swap: list[int] | None = None  # base offsets of an interrupted compacted-segment swap it finished
 
 
 def open_log(
@@ -147,6 +155,7 @@ class FileLog:
         self._unsynced = False
         self._failed: str | None = None
         self._closed = False
+        self.cleaned_offset = 0  # end of the compacted prefix (the cleaner checkpoint)
         self._lock = threading.RLock()
         self.recovery_report = RecoveryReport()
         os.makedirs(directory, exist_ok=True)
@@ -439,6 +448,9 @@ class FileLog:
             seg.index.truncate_to_position(pos)
             if self._epochs.truncate_from_end(offset):
                 write_checkpoint(checkpoint_path(self.directory), self._epochs.entries)
+            if self.cleaned_offset > offset:
+                write_cleaner_checkpoint(self.directory, offset)
+                self.cleaned_offset = offset
         except OSError as e:
             self._failed = f"truncation to offset {offset} failed midway ({e})"
             raise LogFailedError(f"offsets log {self.directory}: {self._failed}; reopen the log") from e
@@ -462,13 +474,17 @@ class FileLog:
 
     @_locked
     def replace_segments(self, compacted_paths: list[str]) -> None:
-        """Swap compacted copies of closed segments in (same base offset and offset range each).
+        """Swap compacted copies of closed segments in (same base offset and offset range each), all or none.
 
-        Each replacement is checked first (full scan: CRCs, offsets, same end offset as the original);
-        then, in offset order, copied next to the original, fsynced, renamed over it, and indexed. A crash
-        midway leaves compacted segments followed by original ones, which replays to the same state
-        (compacted records are a subset of the original ones and later originals still hold everything
-        that justified the drops). Do not hold a ``batches()`` iterator open across this call."""
+        Each replacement is checked first (full scan: CRCs, offsets, same end offset as the original). Then,
+        as Kafka's log cleaner does with its ``.swap`` files (``LogCleaner``/``LogLoader``): every
+        replacement is copied next to its original as ``<name>.swap`` and fsynced; a swap marker naming
+        them all is written atomically (the commit point); each ``.swap`` is renamed over its original and
+        re-indexed; the cleaner checkpoint records the end of the compacted range; the marker goes. A crash
+        before the marker leaves the originals (recovery removes the ``.swap`` files), a crash after it
+        leaves the compacted segments (recovery finishes the renames): never a mix. A failure after the
+        commit point fails the log (``LogFailedError``): reopening it finishes the swap. Do not hold a
+        ``batches()`` iterator open across this call."""
         self._check_usable()
         closed = {s.base_offset: s for s in self._segments[:-1]}
         plan = []
@@ -483,24 +499,51 @@ class FileLog:
                     f"{path} ends at offset {scan.next_offset} but the segment it replaces ends at {seg.next_offset}"
                 )
             plan.append((seg, path, scan))
-        for seg, path, scan in plan:
-            tmp = seg.path + ".swap"
-            try:
+        if not plan:
+            return
+        staged: list[str] = []
+        try:
+            for seg, path, _scan in plan:
+                tmp = seg.path + SWAP_SUFFIX
+                staged.append(tmp)
                 with open(path, "rb") as src, open(tmp, "wb") as dst:
                     while chunk := src.read(1 << 20):
                         dst.write(chunk)
                     dst.flush()
                     self._fsync(dst.fileno())
-                os.replace(tmp, seg.path)
-                fsync_dir(self.directory)
-                scan.index.write(
-                    os.path.join(self.directory, index_name(seg.base_offset)), seg.next_offset, scan.valid_bytes
-                )
-            except OSError as e:
+            fsync_dir(self.directory)
+        except OSError as e:
+            for tmp in staged:
                 self._unlink_if_exists(tmp)
-                raise self._write_error(e, f"swap of compacted segment {os.path.basename(seg.path)}") from e
-            seg.size_bytes = scan.valid_bytes
-            seg.index = scan.index
+            raise self._write_error(e, f"swap of {len(plan)} compacted segments (nothing was swapped)") from e
+        cleaned = max(self.cleaned_offset, plan[-1][0].next_offset)
+        try:
+            write_swap_marker(self.directory, [seg.base_offset for seg, _, _ in plan], cleaned)
+        except OSError as e:
+            if not os.path.exists(os.path.join(self.directory, SWAP_MARKER)):
+                for tmp in staged:
+                    self._unlink_if_exists(tmp)
+                raise self._write_error(e, f"swap of {len(plan)} compacted segments (nothing was swapped)") from e
+            # The marker is in place but maybe not durable: only a reopen can settle the swap either way.
+            self._failed = f"swap of compacted segments interrupted at its commit point ({e})"
+            raise LogFailedError(f"offsets log {self.directory}: {self._failed}; reopen the log to settle it") from e
+        try:
+            for seg, _path, scan in plan:
+                self._unlink_if_exists(os.path.join(self.directory, index_name(seg.base_offset)))
+                os.replace(seg.path + SWAP_SUFFIX, seg.path)
+                seg.size_bytes = scan.valid_bytes
+                seg.index = scan.index
+            fsync_dir(self.directory)
+            for seg, _path, scan in plan:
+                scan.index.write(os.path.join(self.directory, index_name(seg.base_offset)), seg.next_offset,
+                                 scan.valid_bytes)
+            write_cleaner_checkpoint(self.directory, cleaned)
+            self.cleaned_offset = cleaned
+            os.unlink(os.path.join(self.directory, SWAP_MARKER))
+            fsync_dir(self.directory)
+        except OSError as e:
+            self._failed = f"swap of compacted segments interrupted after its commit point ({e})"
+            raise LogFailedError(f"offsets log {self.directory}: {self._failed}; reopen the log to finish it") from e
 
     @staticmethod
     def _unlink_if_exists(path: str) -> None:

@@ -11,8 +11,9 @@ Rules (see ``segment.scan_segment`` for the per-frame ones):
 * the leader-epoch checkpoint drops entries past the log end and gains epochs found in the last segment
   (it may lag the log by one epoch change after a crash); it is rewritten only if that changed it.
 
-Nothing but the torn tail, derived index files, the epoch checkpoint and our own leftover temporary files
-(``*.tmp``, ``*.swap`` of interrupted atomic writes) is ever written or removed here.
+Nothing but the torn tail, derived index files, the epoch checkpoint, our own leftover temporary files
+(``*.tmp``, ``*.swap`` of interrupted atomic writes) and the renames of a compacted-segment swap that
+passed its commit point (``cleaning.finish_interrupted_swap``) is ever written or removed here.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import logging
 import os
 import re
 
+from raygroups.offsets_log.cleaning import finish_interrupted_swap, read_cleaner_checkpoint
 from raygroups.offsets_log.codec import unpack_payload
 from raygroups.offsets_log.epochs import LeaderEpochCache, checkpoint_path, read_checkpoint, write_checkpoint
 from raygroups.offsets_log.errors import CorruptLogError
@@ -38,13 +40,20 @@ from raygroups.offsets_log.segment import (
 logger = logging.getLogger("raygroups.offsets_log")
 
 
-_LEFTOVER_RE = re.compile(r"^(\d{20}\.(log|index)|leader-epoch-checkpoint)\.(tmp|swap)$")
+_LEFTOVER_RE = re.compile(
+    r"^(\d{20}\.(log|index)|leader-epoch-checkpoint|compaction-swap|cleaner-offset-checkpoint)\.(tmp|swap)$")
 
 
 def recover(log) -> None:
     directory = log.directory
     interval = log._index_interval_bytes
     report = log.recovery_report
+    # Before the leftovers go: a swap past its commit point is finished, one before it is undone.
+    report.finished_swap = finish_interrupted_swap(directory)
+    if report.finished_swap is not None:
+        logger.warning("offsets log %s: finished an interrupted swap of compacted segments %s", directory,
+                       report.finished_swap)
+    log.cleaned_offset = read_cleaner_checkpoint(directory)
     for name in os.listdir(directory):
         if _LEFTOVER_RE.match(name):  # a temporary file of an interrupted atomic write or segment swap
             os.unlink(os.path.join(directory, name))
