@@ -4,10 +4,12 @@ Both run on the shard's I/O thread, between two appends, so they see the log as 
 
 ``upload``: the closed segments go to the segment store (verified copies, manifest); a copy of the active
 segment as it is now goes under the run's ``tail/`` directory, for the run's offsets snapshot (it is never
-compacted). ``swap``: every input segment must still be the one uploaded (same size and CRC as in the
-run's manifest entry: otherwise the log moved on, e.g. another run swapped first, and nothing is done);
-each compacted segment is downloaded into the partition directory, checked against the size and CRC the
-job reported, and ``FileLog.replace_segments`` swaps them in.
+compacted). The swap, on the leader and then on each follower (``LogServer.compaction_swap``): the
+compacted segments are downloaded beside the partition directory and checked against the size and CRC
+the job reported (``download``); then every local segment they replace must still be a version the run
+accepts -- on the leader exactly the one uploaded (otherwise the log moved on, e.g. another run swapped
+first, and nothing is done), on a follower also any earlier version a run proved equivalent (its
+``lineage``) -- and ``FileLog.replace_segments`` swaps them in, all or none (``swap_in``).
 """
 
 from __future__ import annotations
@@ -47,33 +49,75 @@ def upload(log, store_uri: str, partition: int, run_id: str) -> dict:
     }
 
 
-def swap(log, store_uri: str, staged: str, inputs: list[tuple], outputs: list[dict]) -> dict:
-    """Swap the compacted segments of ``outputs`` (from ``staged`` in the store) for the closed segments
-    ``inputs`` (``(name, base, size, crc)`` as uploaded); all or none are checked before any is swapped."""
-    directory = log.directory
-    local = {os.path.basename(p): p for p in log.segment_paths(closed_only=True)}
+def accepted_versions(inputs: list, lineage: dict | None = None) -> dict[str, list[tuple[int, int]]]:
+    """Per segment name, the ``(size, crc)`` versions a replica's local copy may have for the swap: the
+    uploaded inputs (the leader's fence) plus, for followers, every version earlier runs proved equivalent
+    (``lineage``), so a follower that missed a swap is brought along by a later run."""
+    accepted: dict[str, list[tuple[int, int]]] = {}
     for name, _base, size, crc in inputs:
-        path = local.get(name)
-        if path is None or file_crc32(path) != (crc, size):
-            raise CompactionRefused(f"segment {name} changed since it was uploaded (another run, or a truncation); "
-                                    f"nothing was swapped")
+        accepted.setdefault(name, []).append((size, crc))
+    for name, versions in (lineage or {}).items():
+        if name in accepted:
+            accepted[name].extend((int(size), int(crc)) for size, crc in versions)
+    return accepted
+
+
+def work_dir(log_directory: str) -> str:
+    """Where a replica stages downloaded segments: beside its partition directory, never inside it."""
+    return log_directory.rstrip("/") + ".compaction"
+
+
+def download(store_uri: str, staged: str, outputs: list[dict], work: str) -> list[str]:
+    """Copy a run's compacted segments (and indexes) from the store into ``work``, each checked against the
+    size and CRC the job reported. Runs outside the log's lock: it takes as long as the store does."""
     store = SegmentStore(store_uri)
-    work = os.path.join(directory, "compaction.tmp")
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
+    paths = []
+    for out in outputs:
+        data = store.get(f"{staged}/{out['name']}")
+        if len(data) != out["bytes_out"] or zlib.crc32(data) != out["crc32_out"]:
+            raise CompactionRefused(f"compacted segment {out['name']} in the store is not what the job wrote")
+        path = os.path.join(work, out["name"])
+        with open(path, "wb") as f:
+            f.write(data)
+        with open(os.path.join(work, index_name(out["base_offset"])), "wb") as f:
+            f.write(store.get(f"{staged}/{index_name(out['base_offset'])}"))
+        paths.append(path)
+    return paths
+
+
+def swap_in(log, outputs: list[dict], paths: list[str], accepted: dict[str, list[tuple[int, int]]]) -> dict:
+    """Swap the downloaded ``paths`` (one per output, in order) in for this log's closed segments of the
+    same names, all or none (``FileLog.replace_segments``). Every local segment must be one of its
+    ``accepted`` versions, or already the compacted one (then it is left as it is)."""
+    local = {os.path.basename(p): p for p in log.segment_paths(closed_only=True)}
+    todo = []
+    for out, path in zip(outputs, paths, strict=True):
+        name = out["name"]
+        have = local.get(name)
+        if have is None:
+            raise CompactionRefused(f"segment {name} is not a closed segment of this replica (its segments differ "
+                                    f"from the leader's); nothing was swapped")
+        crc, size = file_crc32(have)
+        if (size, crc) == (out["bytes_out"], out["crc32_out"]):
+            continue  # swapped by an earlier attempt
+        if (size, crc) not in accepted.get(name, ()):
+            raise CompactionRefused(f"segment {name} changed since it was uploaded (another run, a truncation, or "
+                                    f"a replica that diverged); nothing was swapped")
+        todo.append(path)
+    if todo:
+        log.replace_segments(todo)
+    return {"swapped": len(todo), "already": len(outputs) - len(todo), "log_end_offset": log.log_end_offset,
+            "cleaned_offset": log.cleaned_offset}
+
+
+def swap(log, store_uri: str, staged: str, inputs: list[tuple], outputs: list[dict]) -> dict:
+    """Download and swap in one go (a leader without followers, and tests): only the uploaded ``inputs``
+    are accepted."""
+    work = work_dir(log.directory)
     try:
-        paths = []
-        for out in outputs:
-            data = store.get(f"{staged}/{out['name']}")
-            if len(data) != out["bytes_out"] or zlib.crc32(data) != out["crc32_out"]:
-                raise CompactionRefused(f"compacted segment {out['name']} in the store is not what the job wrote")
-            path = os.path.join(work, out["name"])
-            with open(path, "wb") as f:
-                f.write(data)
-            with open(os.path.join(work, index_name(out["base_offset"])), "wb") as f:
-                f.write(store.get(f"{staged}/{index_name(out['base_offset'])}"))
-            paths.append(path)
-        log.replace_segments(paths)
+        paths = download(store_uri, staged, outputs, work)
+        return swap_in(log, outputs, paths, accepted_versions(inputs))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return {"swapped": len(outputs), "log_end_offset": log.log_end_offset}

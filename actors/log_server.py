@@ -18,8 +18,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
 from concurrent.futures import ThreadPoolExecutor
 
+from raygroups.actors import log_compaction
 from raygroups.offsets_log import Batch, LogError, StaleEpochError, open_log
 from raygroups.offsets_log.batch import records_below
 from raygroups.offsets_log.replica_state import (
@@ -260,6 +262,30 @@ class LogServer:
         """Every record (key, value) of the replica below ``up_to_offset`` (tests compare replicas)."""
         async with self._lock(partition):
             return await self._run(lambda: records_below(self._log(partition), up_to_offset))
+
+    async def compaction_swap(self, partition: int, store_uri: str, staged: str, leader_epoch: int, outputs: list,
+                              accepted: dict) -> dict:
+        """A follower's side of a compaction swap, asked by the leader of ``leader_epoch``: download the run's
+        compacted segments (outside the partition's lock), then, only if that leader is still the one this
+        replica follows, swap them in all or none (``log_compaction.swap_in``)."""
+        if partition not in self._states or partition in self._released:
+            return {"ok": False, "reason": "refused", "detail": f"node {self.node} does not follow partition {partition}"}
+        work = log_compaction.work_dir(partition_dir(self.node_dir, partition))
+        try:
+            paths = await asyncio.to_thread(log_compaction.download, store_uri, staged, outputs, work)
+            async with self._lock(partition):
+                current = self._states[partition]["leader_epoch"]
+                if partition in self._released or leader_epoch != current or \
+                        leader_epoch < self._fenced.get(partition, -1):
+                    return {"ok": False, "reason": "fenced",
+                            "detail": f"node {self.node} follows partition {partition} at leader epoch {current}, "
+                                      f"not {leader_epoch}; nothing was swapped"}
+                result = await self._run(log_compaction.swap_in, self._log(partition), outputs, paths, accepted)
+            return {"ok": True, **result}
+        except (log_compaction.CompactionRefused, LogError, OSError, ValueError) as e:
+            return {"ok": False, "reason": "refused", "detail": f"{type(e).__name__}: {e}"}
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
 
     async def ping(self) -> str:
         return self.node

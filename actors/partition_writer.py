@@ -10,6 +10,7 @@ The shard actor runs the same steps whichever writer it has: ``start`` (the lead
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -95,6 +96,15 @@ class PartitionWriter:
         """One background round (replicated: confirm leadership, catch followers up); raises
         ``AppendFailed`` with ``step_down`` when this leader was deposed."""
 
+    def between_appends(self) -> contextlib.AbstractAsyncContextManager:
+        """Held, no append is in flight: every closed segment holds acknowledged batches only."""
+        return contextlib.nullcontext()
+
+    async def swap_followers(self, store_uri: str, staged: str, outputs: list, accepted: dict,
+                             timeout_s: float) -> dict[str, dict]:
+        """Bring the followers along on a compaction swap the leader made; each one's answer, by node."""
+        return {}
+
 
 class LocalWriter(PartitionWriter):
     """A single copy on this node's disk (the embedded default): append and fsync on the I/O thread."""
@@ -167,6 +177,13 @@ class ReplicatedWriter(PartitionWriter):
             self.epoch = self.replication.epoch  # renewed after a batch that had to be truncated
         if error is not Errors.NONE:
             raise AppendFailed(error, False, "refused before the append")
+
+    def between_appends(self) -> contextlib.AbstractAsyncContextManager:
+        return self.replication.lock
+
+    async def swap_followers(self, store_uri: str, staged: str, outputs: list, accepted: dict,
+                             timeout_s: float) -> dict[str, dict]:
+        return await self.replication.swap_followers(store_uri, staged, outputs, accepted, timeout_s)
 
     async def maintain(self, partition_log, run_io: RunIO) -> None:
         try:

@@ -134,6 +134,21 @@ class LeaderReplication:
         except (TimeoutError, ray.exceptions.RayError, ValueError) as e:
             return {"ok": False, "reason": "unreachable", "detail": f"{type(e).__name__}: {e}"}
 
+    async def swap_followers(self, store_uri: str, staged: str, outputs: list, accepted: dict,
+                             timeout_s: float) -> dict[str, dict]:
+        """Ask every follower to swap a compaction run's segments in under this leader's epoch (each does it
+        all or none, or refuses); what each answered, by node."""
+        async def one(node: str) -> dict:
+            try:
+                call = self._log_server(node).compaction_swap.remote(self.partition, store_uri, staged, self.epoch,
+                                                                     outputs, accepted)
+                return await asyncio.wait_for(call, timeout_s)
+            except (TimeoutError, ray.exceptions.RayError, ValueError) as e:
+                return {"ok": False, "reason": "unreachable", "detail": f"{type(e).__name__}: {e}"}
+
+        nodes = self.followers
+        return dict(zip(nodes, await asyncio.gather(*(one(n) for n in nodes)), strict=True))
+
     async def _shrink(self, node: str) -> None:
         ok = await self._controller.shrink_isr.remote(self.partition, self.epoch, node)
         if not ok:
@@ -255,6 +270,14 @@ class LeaderReplication:
                         self.isr.discard(node)
                         raise Deposed(f"the controller refused an ISR change at epoch {self.epoch}")
                     log.info("partition %d: %s rejoined the ISR at offset %d", self.partition, node, position)
+                    return
+            if batches[0].base_offset < position:
+                # ``position`` lies inside one of our compacted batches (the compactor merges batches; Kafka's
+                # cleaner does not, and Kafka's UnifiedLog.appendAsFollower refuses a first batch below the
+                # log end). That range is below our high watermark and held the same records on both sides:
+                # the follower, out of the ISR, drops its copy from the merged batch's start and takes ours.
+                r = await self._call(node, "truncate_to", self.partition, batches[0].base_offset, self.epoch)
+                if not r.get("ok"):
                     return
             r = await self._push(node, batches)
             if not r.get("ok"):

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -41,6 +42,7 @@ from raygroups.offsets_log.batch import records_below
 
 log = logging.getLogger(__name__)
 LOCK_WAIT_S = 30.0
+FOLLOWER_SWAP_TIMEOUT_S = 120.0
 
 
 def partition_dir(data_dir: str, partition: int) -> str:
@@ -258,19 +260,34 @@ class CoordinatorShard:
     # Compaction (raygroups.compaction drives it; the log work runs on the I/O thread, between appends)
     # ------------------------------------------------------------------------------------------
     async def compaction_upload(self, store_uri: str, run_id: str) -> dict:
-        """Upload the closed segments (and a copy of the active one) for a compaction run."""
+        """Upload the closed segments (and a copy of the active one) for a compaction run, while no append is
+        in flight (so every closed segment holds acknowledged batches only)."""
         await self._serving("upload segments")
-        out = await self._run_io(log_compaction.upload, self._ctx.log, store_uri, self.partition, run_id)
+        async with self._writer.between_appends():
+            out = await self._run_io(log_compaction.upload, self._ctx.log, store_uri, self.partition, run_id)
         return {**out, "leader_epoch": self._ctx.epoch, "node": self._node}
 
-    async def compaction_swap(self, store_uri: str, staged: str, leader_epoch: int, inputs: list, outputs: list) -> dict:
+    async def compaction_swap(self, store_uri: str, staged: str, leader_epoch: int, inputs: list, outputs: list,
+                              lineage: dict | None = None) -> dict:
         """Swap a run's compacted segments in, if this shard still leads at ``leader_epoch`` (a fence: a
-        run that uploaded from an older leader, or raced another run, changes nothing)."""
+        run that uploaded from an older leader, or raced another run, changes nothing), then on every
+        follower (which also accepts the earlier versions in ``lineage``); each replica swaps all or none."""
         await self._serving("swap compacted segments")
         if self._ctx.epoch != leader_epoch:
             raise log_compaction.CompactionRefused(
                 f"partition {self.partition} is led at epoch {self._ctx.epoch}, the run uploaded at {leader_epoch}")
-        return await self._run_io(log_compaction.swap, self._ctx.log, store_uri, staged, inputs, outputs)
+        plog = self._ctx.log
+        work = log_compaction.work_dir(plog.directory)
+        try:
+            paths = await asyncio.to_thread(log_compaction.download, store_uri, staged, outputs, work)
+            out = await self._run_io(log_compaction.swap_in, plog, outputs, paths,
+                                     log_compaction.accepted_versions(inputs))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        if self._ctx.epoch == leader_epoch and self._ctx.state is PartitionState.ACTIVE:
+            out["followers"] = await self._writer.swap_followers(
+                store_uri, staged, outputs, log_compaction.accepted_versions(inputs, lineage), FOLLOWER_SWAP_TIMEOUT_S)
+        return out
 
     async def _serving(self, what: str) -> None:
         self._ensure_started()

@@ -65,7 +65,8 @@ class Batch:
 
 def check_append(batch: Batch, expected_leader_epoch: int, latest_epoch: int, log_end_offset: int) -> None:
     """The contract every partition log enforces before an append: the writer's epoch is not stale and is
-    the batch's, the batch starts at the log end, and it is not empty."""
+    the batch's, the batch starts at the log end, and it is not empty (unless it is a compacted batch that
+    holds only its offsets)."""
     if expected_leader_epoch < latest_epoch or batch.leader_epoch != expected_leader_epoch:
         raise StaleEpochError(
             f"append with leader epoch {expected_leader_epoch} refused: this log has seen epoch "
@@ -75,7 +76,8 @@ def check_append(batch: Batch, expected_leader_epoch: int, latest_epoch: int, lo
         raise NonMonotonicAppendError(
             f"batch base offset {batch.base_offset} is not the log end offset {log_end_offset}"
         )
-    if not batch.records:
+    if not batch.records and batch.last_offset_delta is None:
+        # A compacted batch may hold no record, only its offsets (a follower copies it from its leader).
         raise ValueError("an empty batch cannot be appended")
 
 

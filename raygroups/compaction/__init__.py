@@ -10,9 +10,12 @@ and shares the one Spark session of a process.
 
 Guarantees: nothing is swapped unless the compacted segments replay to exactly the state the originals
 replay to; a partition whose leader changed, whose segments changed since the upload (another run), or
-whose stored copy is corrupt is reported and left as it was; the active segment is never touched.
-Not yet: replicated deployments are compacted and verified but not swapped (the followers' swap is to
-come), and the store must be reachable from every Spark executor (a local directory on one machine).
+whose stored copy is corrupt is reported and left as it was; the active segment is never touched. On a
+replicated deployment the leader then asks each follower (through its LogServer) to swap the same
+segments under the same leader epoch; every replica swaps all or none (``FileLog.replace_segments``),
+one that cannot (down, fenced by a newer leader, diverged) keeps all its originals and is reported, and a
+later run brings it along (``lineage``: the versions of each segment that runs proved equivalent).
+The store must be reachable from every Spark executor and every replica (a local directory on one machine).
 """
 
 from __future__ import annotations
@@ -128,7 +131,7 @@ def run_with_progress(cluster: Any, *, partitions: list[int] | None = None, stor
     by_partition: dict[int, list[dict]] = {}
     for s in summaries:
         by_partition.setdefault(s["partition"], []).append(s)
-    # 5. Swap, partition by partition, where the proof holds.
+    # 5. Swap, partition by partition, where the proof holds: the leader, then its followers.
     for i, p in enumerate(sorted(uploads)):
         row, outs = rows[p], by_partition.get(p, [])
         row.update(_totals(outs, dropped.get(p, 0)))
@@ -138,14 +141,20 @@ def run_with_progress(cluster: Any, *, partitions: list[int] | None = None, stor
             row["ok"] = True  # no closed segment yet: nothing to compact
         elif not row["equivalent"]:
             row["error"] = "the compacted segments do not replay to the same state; nothing was swapped"
-        elif cluster.replicated:
-            row["error"] = "replicated deployments are compacted and verified, not swapped yet"
         else:
+            lineage = _record_lineage(store, p, uploads[p]["segments"], outs)
             try:
-                ray.get(cluster.shard(p).compaction_swap.remote(
+                done = ray.get(cluster.shard(p).compaction_swap.remote(
                     storage_uri, job.staging_dir(p, run_id), uploads[p]["leader_epoch"], uploads[p]["segments"],
-                    outs), timeout=CALL_TIMEOUT_S)
+                    outs, lineage), timeout=CALL_TIMEOUT_S)
                 row["swapped"] = row["ok"] = True
+                row["replicas"] = {uploads[p]["node"] or "leader": "swapped"} | {
+                    node: "swapped" if r.get("ok") else f"not swapped: {r.get('detail', r.get('reason'))}"
+                    for node, r in done.get("followers", {}).items()}
+                pending = sorted(n for n, r in done.get("followers", {}).items() if not r.get("ok"))
+                if pending:
+                    row["note"] = (f"follower(s) {', '.join(pending)} not swapped (each kept all its original "
+                                   f"segments); the next run swaps them")
             except Exception as e:  # noqa: BLE001 - the leader refused (fence) or is gone: report it
                 row["error"] = f"swap refused: {_reason(e)}"
         step("swap", i + 1, len(uploads))
@@ -164,6 +173,28 @@ def run_with_progress(cluster: Any, *, partitions: list[int] | None = None, stor
     report.seconds = round(time.perf_counter() - start, 3)
     _write_report(storage_uri, f"snapshots/{run_id}/report.json", report)
     return report
+
+
+def lineage_path(partition: int) -> str:
+    return f"{partition}/lineage.json"
+
+
+def _record_lineage(store: Any, partition: int, inputs: list, outputs: list[dict]) -> dict:
+    """Add this run's proved pair (input version, compacted version) of each segment to the partition's
+    lineage in the store, and return it: a follower whose copy of a segment is any version in it may take
+    a later run's compacted version (every version replays to the same state)."""
+    try:
+        lineage = json.loads(store.get(lineage_path(partition)))
+    except (FileNotFoundError, OSError, ValueError):
+        lineage = {}
+    by_name = {name: (size, crc) for name, _base, size, crc in inputs}
+    for out in outputs:
+        versions = lineage.setdefault(out["name"], [])
+        for version in ([*by_name[out["name"]]], [out["bytes_out"], out["crc32_out"]]):
+            if version not in versions:
+                versions.append(version)
+    store.put(lineage_path(partition), json.dumps(lineage, sort_keys=True).encode())
+    return lineage
 
 
 def read_snapshot(spark: Any, path: str) -> Any:

@@ -127,3 +127,27 @@ offsets_only_histories = st.lists(
     ),
     max_size=20,
 )
+
+
+def stage_compacted(store, partition: int, run_id: str, closed: list[str], out_dir, *,
+                    max_batch_records: int = 1000) -> list[dict]:
+    """Compact ``closed`` with the reference compactor and leave its segments in ``store`` where a
+    compaction run's Spark job leaves them (its bytes are the same); the run's output descriptions."""
+    import os
+
+    from raygroups.offsets_log.compactor import compact_segments
+    from raygroups.offsets_log.segment import index_name
+    from raygroups.offsets_log.store import file_crc32
+
+    from raygroups.compaction.job import staging_dir
+
+    compact_segments(closed, out_dir, delete_retention_ms=0, now_ms=10_000, max_batch_records=max_batch_records)
+    outputs = []
+    for path in closed:
+        name = os.path.basename(path)
+        base = int(name[:20])
+        store.put(f"{staging_dir(partition, run_id)}/{name}", (out_dir / name).read_bytes())
+        store.put(f"{staging_dir(partition, run_id)}/{index_name(base)}", (out_dir / index_name(base)).read_bytes())
+        crc, size = file_crc32(str(out_dir / name))
+        outputs.append({"name": name, "base_offset": base, "bytes_out": size, "crc32_out": crc})
+    return outputs

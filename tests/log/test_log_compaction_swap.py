@@ -11,12 +11,10 @@ from raygroups.actors.log_compaction import CompactionRefused, swap, tail_dir, u
 from raygroups.coordinator.records import new_offset_commit_record
 from raygroups.coordinator.state import DurableState
 from raygroups.offsets_log import open_log, replay
-from raygroups.offsets_log.compactor import compact_segments
-from raygroups.offsets_log.segment import index_name
 from raygroups.offsets_log.store import SegmentStore, file_crc32
 
 from raygroups.compaction.job import staging_dir
-from tests.log.log_testlib import append_all, make_batches
+from tests.log.log_testlib import append_all, make_batches, stage_compacted
 
 NO_FSYNC = {"fsync_for_testing": lambda fd: None}
 
@@ -27,19 +25,8 @@ def _state(log) -> DurableState:
     return state
 
 
-def _stage(store: SegmentStore, run_id: str, closed: list[str], out_dir) -> list[dict]:
-    """What the Spark job leaves in the store for a run (the reference compactor's bytes are the same)."""
-    compact_segments(closed, out_dir, delete_retention_ms=0, now_ms=10_000)
-    outputs = []
-    for path in closed:
-        name = os.path.basename(path)
-        base = int(name[:20])
-        data = (out_dir / name).read_bytes()
-        store.put(f"{staging_dir(0, run_id)}/{name}", data)
-        store.put(f"{staging_dir(0, run_id)}/{index_name(base)}", (out_dir / index_name(base)).read_bytes())
-        crc, size = file_crc32(str(out_dir / name))
-        outputs.append({"name": name, "base_offset": base, "bytes_out": size, "crc32_out": crc})
-    return outputs
+def _stage(store: SegmentStore, run_id: str, closed: list[str], out_dir, max_batch_records: int = 1000) -> list[dict]:
+    return stage_compacted(store, 0, run_id, closed, out_dir, max_batch_records=max_batch_records)
 
 
 @pytest.fixture
@@ -61,12 +48,15 @@ def test_of_two_runs_over_the_same_segments_only_the_first_swaps(log_and_store):
     assert tail_base == int(os.path.basename(log.segment_paths()[-1])[:20])
     assert len(store.get(f"{tail_dir(0, 'A')}/{tail_name}")) == tail_size == log.active_segment_size
     outputs = _stage(store, "A", closed, tmp / "ref-a")
-    _stage(store, "B", closed, tmp / "ref-b")
+    outputs_b = _stage(store, "B", closed, tmp / "ref-b", max_batch_records=2)  # other bytes, same state
     assert swap(log, store.uri, staging_dir(0, "A"), up_a["segments"], outputs)["swapped"] == len(closed)
     assert log.size_bytes < size_before and _state(log) == before
     with pytest.raises(CompactionRefused, match="changed since it was uploaded"):
-        swap(log, store.uri, staging_dir(0, "B"), up_b["segments"], outputs)
+        swap(log, store.uri, staging_dir(0, "B"), up_b["segments"], outputs_b)
     assert _state(log) == before
+    # The same run's swap again (a retry) finds its segments in place and changes nothing.
+    assert swap(log, store.uri, staging_dir(0, "A"), up_a["segments"], outputs) | {"log_end_offset": 0} == \
+        {"swapped": 0, "already": len(closed), "log_end_offset": 0, "cleaned_offset": log.cleaned_offset}
 
 
 def test_a_staged_segment_that_is_not_what_the_job_wrote_changes_nothing(log_and_store):
