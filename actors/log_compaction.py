@@ -45,6 +45,7 @@ def upload(log, store_uri: str, partition: int, run_id: str) -> dict:
         "segments": [(s.name, s.base_offset, s.size_bytes, s.crc32) for s in segments],
         "tail": (os.path.basename(active), int(os.path.basename(active)[:20]), len(tail)),
         "log_end_offset": log.log_end_offset,
+        "cleaned_offset": log.cleaned_offset,
         "copied": len(result.copied),
     }
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 import tempfile
+import time
 from typing import Any
 
 import click
@@ -17,6 +19,9 @@ LOCAL_TOPIC_PARTITIONS = 8
 LOCAL_GROUPS = 40
 LOCAL_ROUNDS = 60
 LOCAL_CONFIG = {"offsets.topic.segment.bytes": 16 * 1024, "group.initial.rebalance.delay.ms": 0}
+MIN_CLEANABLE_DIRTY_RATIO = 0.5  # Kafka's min.cleanable.dirty.ratio default
+MIN_EVERY_S, MAX_EVERY_S = 1.0, 7 * 24 * 3600.0
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 class SparkJobError(RuntimeError):
@@ -49,6 +54,20 @@ def _parse_partitions(value: str | None) -> list[int] | None:
                                  param_hint="--partitions") from None
 
 
+def parse_every(value: str | None) -> float | None:
+    """``--every``: a duration such as ``90s``, ``10m``, ``1h`` (a bare number is seconds)."""
+    if value is None:
+        return None
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*", value)
+    if not m:
+        raise click.BadParameter(f"{value!r} is not a duration (e.g. 30s, 10m, 1h)", param_hint="--every")
+    seconds = float(m.group(1)) * _UNITS[m.group(2) or "s"]
+    if not MIN_EVERY_S <= seconds <= MAX_EVERY_S:
+        raise click.BadParameter(f"{value!r} must be between {MIN_EVERY_S:g} s and {MAX_EVERY_S / 86400:g} days",
+                                 param_hint="--every")
+    return seconds
+
+
 @main.command()
 @click.option("--address", default="auto", show_default=True, help="The Ray cluster of the deployment.")
 @click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True, help="Ray namespace of the deployment.")
@@ -60,31 +79,48 @@ def _parse_partitions(value: str | None) -> list[int] | None:
 @click.option("--local", is_flag=True,
               help="Start the embedded default, fill it with synthetic commits, compact it, verify every "
                    "committed offset, and stop it.")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--every", default=None, metavar="DURATION",
+              help="Watch mode: a round every DURATION (e.g. 10m), one Spark session kept alive; each round "
+                   "compacts only the partitions whose dirty ratio is at least --min-dirty-ratio.")
+@click.option("--min-dirty-ratio", default=MIN_CLEANABLE_DIRTY_RATIO, show_default=True,
+              type=click.FloatRange(0.0, 1.0),
+              help="Kafka's min.cleanable.dirty.ratio: bytes of closed segments not compacted yet over all closed "
+                   "bytes (watch mode only; a manual run compacts every partition).")
+@click.option("--rounds", default=None, type=click.IntRange(1), help="Watch mode: stop after this many rounds.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (one line per round).")
 @click.option("--verbose", is_flag=True, help="Show Spark's and Ray's console output.")
 def compact(address: str, namespace: str, partition_list: str | None, storage_uri: str | None, local: bool,
-            as_json: bool, verbose: bool) -> None:
+            every: str | None, min_dirty_ratio: float, rounds: int | None, as_json: bool, verbose: bool) -> None:
     """Compact the offsets logs with a Spark job on Ray (raydp); exit 0 only if every partition is ok."""
     from raygroups.compaction.spark_session import JavaMissingError, java_problem
 
     partitions = _parse_partitions(partition_list)
+    every_s = parse_every(every)
+    if every_s is not None and local:
+        raise click.UsageError("--every watches a deployment; --local is a one-off demonstration")
+    if rounds is not None and every_s is None:
+        raise click.UsageError("--rounds needs --every")
     problem = java_problem()
     if problem:
         _fail(JavaMissingError(problem))
     if local:
         code = _compact_local(partitions, storage_uri, as_json, verbose)
     else:
-        code = _compact_deployment(address, namespace, partitions, storage_uri, as_json, verbose)
+        code = _compact_deployment(address, namespace, partitions, storage_uri, as_json, verbose,
+                                   (every_s, min_dirty_ratio, rounds))
     sys.exit(code)
 
 
-def _compact_deployment(address, namespace, partitions, storage_uri, as_json, verbose) -> int:
+def _compact_deployment(address, namespace, partitions, storage_uri, as_json, verbose, watch) -> int:
     from raygroups.cluster import connect
     from raygroups.compaction.spark_session import stop_spark_session
 
+    every_s, min_dirty_ratio, rounds = watch
     try:
         _init_ray(address)
         cluster = connect(address, namespace)
+        if every_s is not None:
+            return watch_rounds(cluster, partitions, storage_uri, as_json, verbose, every_s, min_dirty_ratio, rounds)
         report = _run_with_progress(cluster, partitions, storage_uri, as_json, verbose)
     except _ERRORS as e:
         _fail(e)
@@ -94,6 +130,33 @@ def _compact_deployment(address, namespace, partitions, storage_uri, as_json, ve
         stop_spark_session()
     _show(report, as_json)
     return 0 if report.ok else 1
+
+
+def watch_rounds(cluster: Any, partitions, storage_uri, as_json: bool, verbose: bool, every_s: float,
+                 min_dirty_ratio: float, rounds: int | None) -> int:
+    """The watch mode: a round every ``every_s`` (from the start of the previous one) until ``rounds`` or
+    Ctrl-C; 0 if the last round was ok. Each round's report is shown (one JSON line with ``--json``)."""
+    from rich.console import Console
+
+    console = Console(stderr=True, quiet=as_json)
+    console.print(f"compacting every {every_s:g} s the partitions whose dirty ratio is at least "
+                  f"{min_dirty_ratio:g} (min.cleanable.dirty.ratio); Ctrl-C stops")
+    done, ok = 0, True
+    try:
+        while True:
+            started = time.monotonic()
+            report = _run_with_progress(cluster, partitions, storage_uri, as_json, verbose,
+                                        min_dirty_ratio=min_dirty_ratio)
+            _show(report, as_json)
+            done, ok = done + 1, report.ok
+            if rounds is not None and done >= rounds:
+                break
+            wait = max(0.0, every_s - (time.monotonic() - started))
+            console.print(f"round {done} {'ok' if ok else 'not ok'}; next round in {wait:.0f} s")
+            time.sleep(wait)
+    except KeyboardInterrupt:
+        console.print(f"stopped after {done} round(s)")
+    return 0 if ok else 1
 
 
 def _compact_local(partitions, storage_uri, as_json, verbose) -> int:
@@ -177,7 +240,8 @@ def _snapshot_offsets(path: str) -> dict:
     return out
 
 
-def _run_with_progress(cluster: Any, partitions, storage_uri, as_json: bool, verbose: bool):
+def _run_with_progress(cluster: Any, partitions, storage_uri, as_json: bool, verbose: bool,
+                       min_dirty_ratio: float | None = None):
     from rich.console import Console
     from rich.progress import Progress
 
@@ -194,11 +258,11 @@ def _run_with_progress(cluster: Any, partitions, storage_uri, as_json: bool, ver
             if step not in tasks:
                 tasks[step] = bar.add_task({"upload": "leaders upload closed segments",
                                             "compact": "Spark: decode, select, write, prove",
-                                            "swap": "leaders swap compacted segments"}.get(step, step), total=total)
+                                            "swap": "replicas swap compacted segments"}.get(step, step), total=total)
             bar.update(tasks[step], completed=done, total=total)
 
         return compaction.run_with_progress(cluster, partitions=partitions, storage_uri=storage_uri, spark=spark,
-                                            progress=progress)
+                                            progress=progress, min_dirty_ratio=min_dirty_ratio)
 
 
 def _show(report: Any, as_json: bool, extra: dict | None = None) -> None:
@@ -211,11 +275,18 @@ def _show(report: Any, as_json: bool, extra: dict | None = None) -> None:
     table = Table("part.", "records", "bytes", "segs", "tombstones\ndropped", "proved", "swapped", "note",
                   title=f"compaction run {report.run_id}")
     for p in report.partitions:
-        note = p.get("error", "") if not p["ok"] else ("" if p["segments_in"] else "no closed segment yet")
+        note = p.get("error", "") if not p["ok"] else \
+            p.get("note", "" if p["segments_in"] else "no closed segment yet")
+        replicas = p.get("replicas", {})
+        swapped = "no"
+        if p["swapped"]:
+            done = sum(1 for v in replicas.values() if v == "swapped")
+            swapped = "[green]yes[/]" if len(replicas) < 2 else \
+                f"[{'green' if done == len(replicas) else 'yellow'}]{done}/{len(replicas)} replicas[/]"
         table.add_row(
             str(p["partition"]), f"{p['records_in']}→{p['records_out']}", f"{p['bytes_in']}→{p['bytes_out']}",
             str(p["segments_in"]), str(p["tombstones_dropped"]),
-            "[green]yes[/]" if p["equivalent"] else "[red]no[/]", "[green]yes[/]" if p["swapped"] else "no", note)
+            "[green]yes[/]" if p["equivalent"] else "[red]no[/]", swapped, note)
     console = Console()
     console.print(table)
     status = "[green]ok[/]" if report.ok else "[red]not ok[/]"

@@ -67,9 +67,21 @@ def run(cluster: Any, *, partitions: list[int] | None = None, storage_uri: str |
     return run_with_progress(cluster, partitions=partitions, storage_uri=storage_uri, spark=spark, now_ms=now_ms)
 
 
+def dirty_ratio(segments: list, cleaned_offset: int) -> float:
+    """Kafka's cleanable ratio (``LogCleanerManager``): bytes of the closed segments not compacted yet (at or
+    above the cleaner checkpoint) over the bytes of all closed segments; 0 with no closed segment."""
+    total = sum(size for _name, _base, size, _crc in segments)
+    dirty = sum(size for _name, base, size, _crc in segments if base >= cleaned_offset)
+    return dirty / total if total else 0.0
+
+
 def run_with_progress(cluster: Any, *, partitions: list[int] | None = None, storage_uri: str | None = None,
-                      spark: Any = None, now_ms: int | None = None, progress: Any = None) -> CompactionReport:
-    """``run``, calling ``progress(step, done, total)`` as the run advances (the CLI's progress bars)."""
+                      spark: Any = None, now_ms: int | None = None, progress: Any = None,
+                      min_dirty_ratio: float | None = None) -> CompactionReport:
+    """``run``, calling ``progress(step, done, total)`` as the run advances (the CLI's progress bars).
+
+    With ``min_dirty_ratio`` (the watch mode's ``min.cleanable.dirty.ratio``), a partition whose dirty ratio
+    is below it is uploaded for the snapshot but not compacted (reported ok, with its ratio)."""
     import ray
 
     from raygroups.compaction import job
@@ -80,6 +92,9 @@ def run_with_progress(cluster: Any, *, partitions: list[int] | None = None, stor
     chosen = _check_partitions(partitions, cluster.num_partitions)
     check_type("storage_uri", storage_uri, str, nullable=True)
     check_type("now_ms", now_ms, int, nullable=True)
+    check_type("min_dirty_ratio", min_dirty_ratio, (int, float), nullable=True)
+    if min_dirty_ratio is not None and not 0.0 <= min_dirty_ratio <= 1.0:
+        raise ValueError(f"min_dirty_ratio must be between 0 and 1, got {min_dirty_ratio!r}")
     if now_ms is not None:
         check_int("now_ms", now_ms, 0, 2**63 - 1)
     storage_uri = storage_uri or default_storage_uri(cluster)
@@ -103,7 +118,14 @@ def run_with_progress(cluster: Any, *, partitions: list[int] | None = None, stor
         except Exception as e:  # noqa: BLE001 - an offline or refusing leader: report it, go on
             rows[p]["error"] = f"upload failed: {_reason(e)}"
         step("upload", i + 1, len(chosen))
-    segment_refs = [job.SegmentRef(p, name, base, size, crc) for p, up in uploads.items()
+    clean_enough = set()
+    for p, up in uploads.items():
+        rows[p]["dirty_ratio"] = round(dirty_ratio(up["segments"], up.get("cleaned_offset", 0)), 4)
+        if min_dirty_ratio is not None and up["segments"] and rows[p]["dirty_ratio"] < min_dirty_ratio:
+            clean_enough.add(p)
+            rows[p]["ok"] = True
+            rows[p]["note"] = f"dirty ratio {rows[p]['dirty_ratio']:.2f} < {min_dirty_ratio:g}: not compacted"
+    segment_refs = [job.SegmentRef(p, name, base, size, crc) for p, up in uploads.items() if p not in clean_enough
                     for name, base, size, crc in up["segments"]]
     session = spark if spark is not None else spark_session()
     # A partition with a corrupt or missing stored segment is left out, and said so.
@@ -134,6 +156,9 @@ def run_with_progress(cluster: Any, *, partitions: list[int] | None = None, stor
     # 5. Swap, partition by partition, where the proof holds: the leader, then its followers.
     for i, p in enumerate(sorted(uploads)):
         row, outs = rows[p], by_partition.get(p, [])
+        if p in clean_enough:
+            step("swap", i + 1, len(uploads))
+            continue
         row.update(_totals(outs, dropped.get(p, 0)))
         digests = equivalence.get(p)
         row["equivalent"] = digests is None or digests["digest_before"] == digests["digest_after"]

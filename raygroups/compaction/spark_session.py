@@ -63,7 +63,8 @@ def java_problem() -> str | None:
     return None
 
 
-def spark_configs(executor_memory: str = DEFAULT_EXECUTOR_MEMORY, verbose: bool = False) -> dict[str, str]:
+def spark_configs(executor_memory: str = DEFAULT_EXECUTOR_MEMORY, verbose: bool = False,
+                  executor_resources: dict[str, float] | None = None) -> dict[str, str]:
     configs = {
         "spark.driver.extraJavaOptions": JAVA_OPENS,
         "spark.executor.extraJavaOptions": JAVA_OPENS,
@@ -79,12 +80,17 @@ def spark_configs(executor_memory: str = DEFAULT_EXECUTOR_MEMORY, verbose: bool 
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.python.worker.reuse": "true",
     }
+    for resource, amount in (executor_resources or {}).items():
+        configs[f"spark.ray.raydp_spark_executor.actor.resource.{resource}"] = str(amount)
     return configs
 
 
 def spark_session(*, executors: int = DEFAULT_EXECUTORS, executor_cores: int = DEFAULT_EXECUTOR_CORES,
-                  executor_memory: str = DEFAULT_EXECUTOR_MEMORY, verbose: bool = False) -> Any:
-    """The process's Spark session on the Ray cluster this process is connected to (started on first use)."""
+                  executor_memory: str = DEFAULT_EXECUTOR_MEMORY, verbose: bool = False,
+                  executor_resources: dict[str, float] | None = None) -> Any:
+    """The process's Spark session on the Ray cluster this process is connected to (started on first use).
+    ``executor_resources`` (Ray custom resources, e.g. ``{"node:__internal_head__": 0.001}``) pins the
+    executors to the nodes that have them."""
     global _session
     with _lock:
         if _session is not None:
@@ -109,7 +115,7 @@ def spark_session(*, executors: int = DEFAULT_EXECUTORS, executor_cores: int = D
         with _output_to(None if verbose else spark_log_path()):
             spark = raydp.init_spark(
                 app_name="raygroups-compaction", num_executors=executors, executor_cores=executor_cores,
-                executor_memory=executor_memory, configs=spark_configs(executor_memory, verbose),
+                executor_memory=executor_memory, configs=spark_configs(executor_memory, verbose, executor_resources),
             )
             spark.sparkContext.setLogLevel("INFO" if verbose else "ERROR")
         _session = spark

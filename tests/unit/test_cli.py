@@ -69,3 +69,24 @@ def test_compact_usage_and_a_missing_java_is_one_sentence(monkeypatch):
     assert result.output.strip().splitlines() == [
         "error: the Spark compaction job needs Java 17 or newer, and no 'java' was found (install a JDK, "
         "e.g. 'apt-get install openjdk-17-jdk-headless', or set JAVA_HOME)"]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--every", "soon"], "'soon' is not a duration (e.g. 30s, 10m, 1h)"),
+    (["--every", "0.5s"], "'0.5s' must be between 1 s and 7 days"),
+    (["--every", "8d"], "'8d' must be between 1 s and 7 days"),
+    (["--every", "10m", "--local"], "--every watches a deployment; --local is a one-off demonstration"),
+    (["--rounds", "2"], "--rounds needs --every"),
+    (["--every", "10m", "--min-dirty-ratio", "1.5"], "1.5 is not in the range 0.0<=x<=1.0"),
+])
+def test_compact_watch_mode_usage_errors_exit_2(args, message):
+    result = run("compact", *args)
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split()), result.output
+
+
+def test_every_accepts_kafka_style_durations():
+    from raygroups.cli_compact import parse_every
+
+    assert [parse_every(v) for v in ("90", "30s", "10m", "1h", "1d", "1500ms")] == [90, 30, 600, 3600, 86400, 1.5]
+    assert parse_every(None) is None
