@@ -186,7 +186,7 @@ def run_with_progress(cluster: Any, *, partitions: list[int] | None = None, stor
     # 6. The snapshot of every committed offset, and the report beside it.
     snapshot_dir = f"{storage_uri.rstrip('/')}/snapshots/{run_id}"
     try:
-        job.write_snapshot(session, storage_uri, uploads, run_id, f"{snapshot_dir}/offsets.parquet")
+        job.write_snapshot(session, storage_uri, uploads, run_id, f"snapshots/{run_id}/offsets.parquet")
         report.snapshot_path = f"{snapshot_dir}/offsets.parquet"
     except Exception as e:  # noqa: BLE001 - the compaction stands; the report says the snapshot failed
         for p in rows:

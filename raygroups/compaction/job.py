@@ -290,13 +290,40 @@ def _snapshot_rows(store_uri: str, run_id: str, item):
             yield (group, topic, p, v.offset, v.leader_epoch, v.metadata, v.commit_timestamp_ms, v.expire_timestamp_ms)
 
 
-def write_snapshot(spark: Any, store_uri: str, uploads: dict[int, dict], run_id: str, path: str) -> None:
-    """Every committed offset of the uploaded partitions, as one Parquet dataset at ``path``."""
+def _snapshot_schema():
+    import pyarrow as pa
+
+    kinds = {"int": pa.int32(), "long": pa.int64(), "string": pa.string()}
+    return pa.schema([pa.field(name, kinds[kind], nullable) for name, kind, nullable in SNAPSHOT_FIELDS])
+
+
+def _write_parquet(store: SegmentStore, directory: str, name: str, rows: list) -> None:
+    """One Parquet file of snapshot rows, written under a hidden name (``_``: readers skip it) and renamed."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pylist([dict(zip([f for f, _, _ in SNAPSHOT_FIELDS], r, strict=True)) for r in rows],
+                                 schema=_snapshot_schema())
+    store.fs.create_dir(f"{store.root}/{directory}", recursive=True)
+    hidden, final = f"{store.root}/{directory}/_{name}", f"{store.root}/{directory}/{name}"
+    pq.write_table(table, hidden, filesystem=store.fs)
+    store.fs.move(hidden, final)
+
+
+def _write_snapshot_part(store_uri: str, run_id: str, directory: str, item) -> int:
+    rows = list(_snapshot_rows(store_uri, run_id, item))
+    _write_parquet(SegmentStore(store_uri), directory, f"part-{item[0]:05d}.parquet", rows)
+    return len(rows)
+
+
+def write_snapshot(spark: Any, store_uri: str, uploads: dict[int, dict], run_id: str, directory: str) -> int:
+    """Every committed offset of the uploaded partitions as a Parquet dataset: the directory ``directory``
+    of the store, one file per partition, written by the executors through the store's own ``pyarrow.fs``
+    file system (any URI the store takes, ``s3://`` included, without configuring Hadoop's connectors).
+    Returns the number of rows."""
     items = [(p, up["segments"], up["tail"]) for p, up in sorted(uploads.items())]
-    if items:
-        rdd = spark.sparkContext.parallelize(items, len(items)).flatMap(
-            lambda item: _snapshot_rows(store_uri, run_id, item))
-        frame = spark.createDataFrame(rdd, _struct(SNAPSHOT_FIELDS))
-    else:
-        frame = spark.createDataFrame([], _struct(SNAPSHOT_FIELDS))
-    frame.coalesce(1).write.mode("errorifexists").parquet(path)
+    if not items:
+        _write_parquet(SegmentStore(store_uri), directory, "part-empty.parquet", [])
+        return 0
+    return sum(spark.sparkContext.parallelize(items, len(items)).map(
+        lambda item: _write_snapshot_part(store_uri, run_id, directory, item)).collect())
