@@ -63,9 +63,19 @@ def accepted_versions(inputs: list, lineage: dict | None = None) -> dict[str, li
     return accepted
 
 
-def work_dir(log_directory: str) -> str:
-    """Where a replica stages downloaded segments: beside its partition directory, never inside it."""
-    return log_directory.rstrip("/") + ".compaction"
+def work_dir(log_directory: str, staged: str) -> str:
+    """Where a replica stages the segments of one run it downloads: beside its partition directory, never
+    inside it, one directory per run (two runs may download at once)."""
+    return os.path.join(log_directory.rstrip("/") + ".compaction", staged.strip("/").replace("/", "_"))
+
+
+def discard_work(work: str) -> None:
+    """Remove a run's staging directory (and the replica's staging parent once it is empty)."""
+    shutil.rmtree(work, ignore_errors=True)
+    try:
+        os.rmdir(os.path.dirname(work))
+    except OSError:
+        pass  # another run is still staging there
 
 
 def download(store_uri: str, staged: str, outputs: list[dict], work: str) -> list[str]:
@@ -116,9 +126,9 @@ def swap_in(log, outputs: list[dict], paths: list[str], accepted: dict[str, list
 def swap(log, store_uri: str, staged: str, inputs: list[tuple], outputs: list[dict]) -> dict:
     """Download and swap in one go (a leader without followers, and tests): only the uploaded ``inputs``
     are accepted."""
-    work = work_dir(log.directory)
+    work = work_dir(log.directory, staged)
     try:
         paths = download(store_uri, staged, outputs, work)
         return swap_in(log, outputs, paths, accepted_versions(inputs))
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        discard_work(work)

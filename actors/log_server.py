@@ -18,11 +18,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import shutil
 from concurrent.futures import ThreadPoolExecutor
 
 from raygroups.actors import log_compaction
-from raygroups.offsets_log import Batch, LogError, StaleEpochError, open_log
+from raygroups.offsets_log import Batch, LogError, LogFailedError, StaleEpochError, open_log
 from raygroups.offsets_log.batch import records_below
 from raygroups.offsets_log.replica_state import (
     ReplicaStateError,
@@ -270,7 +269,7 @@ class LogServer:
         replica follows, swap them in all or none (``log_compaction.swap_in``)."""
         if partition not in self._states or partition in self._released:
             return {"ok": False, "reason": "refused", "detail": f"node {self.node} does not follow partition {partition}"}
-        work = log_compaction.work_dir(partition_dir(self.node_dir, partition))
+        work = log_compaction.work_dir(partition_dir(self.node_dir, partition), staged)
         try:
             paths = await asyncio.to_thread(log_compaction.download, store_uri, staged, outputs, work)
             async with self._lock(partition):
@@ -280,12 +279,17 @@ class LogServer:
                     return {"ok": False, "reason": "fenced",
                             "detail": f"node {self.node} follows partition {partition} at leader epoch {current}, "
                                       f"not {leader_epoch}; nothing was swapped"}
-                result = await self._run(log_compaction.swap_in, self._log(partition), outputs, paths, accepted)
+                try:
+                    result = await self._run(log_compaction.swap_in, self._log(partition), outputs, paths, accepted)
+                except LogFailedError:
+                    # Interrupted after its commit point: reopening the log (next use) finishes the swap.
+                    await self._run(self._logs.pop(partition).close)
+                    raise
             return {"ok": True, **result}
         except (log_compaction.CompactionRefused, LogError, OSError, ValueError) as e:
             return {"ok": False, "reason": "refused", "detail": f"{type(e).__name__}: {e}"}
         finally:
-            shutil.rmtree(work, ignore_errors=True)
+            log_compaction.discard_work(work)
 
     async def ping(self) -> str:
         return self.node

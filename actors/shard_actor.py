@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import shutil
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -277,13 +276,13 @@ class CoordinatorShard:
             raise log_compaction.CompactionRefused(
                 f"partition {self.partition} is led at epoch {self._ctx.epoch}, the run uploaded at {leader_epoch}")
         plog = self._ctx.log
-        work = log_compaction.work_dir(plog.directory)
+        work = log_compaction.work_dir(plog.directory, staged)
         try:
             paths = await asyncio.to_thread(log_compaction.download, store_uri, staged, outputs, work)
             out = await self._run_io(log_compaction.swap_in, plog, outputs, paths,
                                      log_compaction.accepted_versions(inputs))
         finally:
-            shutil.rmtree(work, ignore_errors=True)
+            log_compaction.discard_work(work)
         if self._ctx.epoch == leader_epoch and self._ctx.state is PartitionState.ACTIVE:
             out["followers"] = await self._writer.swap_followers(
                 store_uri, staged, outputs, log_compaction.accepted_versions(inputs, lineage), FOLLOWER_SWAP_TIMEOUT_S)

@@ -153,3 +153,30 @@ def test_a_follower_out_of_the_isr_catches_up_across_compacted_batches(tmp_path)
         follower_log.verify()
 
     asyncio.run(scenario())
+
+
+def test_a_follower_swap_interrupted_after_its_commit_point_is_finished_when_the_log_reopens(tmp_path, monkeypatch):
+    import errno
+
+    from raygroups.offsets_log import log as file_log
+
+    async def scenario():
+        leader_log, follower, rep, store = await _setup(tmp_path, 120)
+        before = _state(follower._log(0))
+        up, outputs = _compact_leader(leader_log, store, "A", tmp_path / "a")
+
+        def disk_error(directory, offset):
+            raise OSError(errno.EIO, "injected: the cleaner checkpoint cannot be written")
+
+        monkeypatch.setattr(file_log, "write_cleaner_checkpoint", disk_error)
+        answers = await rep.swap_followers(store.uri, staging_dir(0, "A"), outputs,
+                                           accepted_versions(up["segments"]), 10)
+        assert not answers["F"]["ok"] and "LogFailedError" in answers["F"]["detail"], answers
+        monkeypatch.undo()
+        # The LogServer let the failed log go; its next use reopens it and recovery finishes the swap.
+        assert 0 not in follower._logs
+        reopened = follower._log(0)
+        assert reopened.recovery_report.finished_swap and _crcs(reopened) == _crcs(leader_log)
+        assert _state(reopened) == before and reopened.cleaned_offset == leader_log.cleaned_offset
+
+    asyncio.run(scenario())
