@@ -158,3 +158,15 @@ def stop_spark_session() -> None:
 
         raydp.stop_spark()
         _session = None
+        # The JVM stays up after Spark stops, attached to this Ray cluster for good (its Ray runtime cannot
+        # be initialised twice): end it too, so that a later session in this process (on another Ray
+        # cluster, e.g. after ray.shutdown) starts a fresh one.
+        from pyspark import SparkContext
+
+        gateway = SparkContext._gateway
+        if gateway is not None:
+            try:
+                gateway.shutdown()
+            finally:
+                SparkContext._gateway = None
+                SparkContext._jvm = None
