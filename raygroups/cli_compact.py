@@ -17,7 +17,7 @@ from raygroups.cluster import DEFAULT_NAMESPACE
 LOCAL_PARTITIONS = 4
 LOCAL_TOPIC_PARTITIONS = 8
 LOCAL_GROUPS = 40
-LOCAL_ROUNDS = 60
+LOCAL_ROUNDS = 30
 LOCAL_CONFIG = {"offsets.topic.segment.bytes": 16 * 1024, "group.initial.rebalance.delay.ms": 0}
 MIN_CLEANABLE_DIRTY_RATIO = 0.5  # Kafka's min.cleanable.dirty.ratio default
 MIN_EVERY_S, MAX_EVERY_S = 1.0, 7 * 24 * 3600.0
