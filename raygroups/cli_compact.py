@@ -282,11 +282,13 @@ def _show(report: Any, as_json: bool, extra: dict | None = None) -> None:
         if p["swapped"]:
             done = sum(1 for v in replicas.values() if v == "swapped")
             swapped = "[green]yes[/]" if len(replicas) < 2 else \
-                f"[{'green' if done == len(replicas) else 'yellow'}]{done}/{len(replicas)} replicas[/]"
+                f"[{'green' if done == len(replicas) else 'yellow'}]{done}/{len(replicas)}[/]"
+        proved = "[green]yes[/]" if p["equivalent"] else "[red]no[/]"
+        if p.get("skipped"):
+            proved = swapped = "–"
         table.add_row(
             str(p["partition"]), f"{p['records_in']}→{p['records_out']}", f"{p['bytes_in']}→{p['bytes_out']}",
-            str(p["segments_in"]), str(p["tombstones_dropped"]),
-            "[green]yes[/]" if p["equivalent"] else "[red]no[/]", swapped, note)
+            str(p["segments_in"]), str(p["tombstones_dropped"]), proved, swapped, note)
     console = Console()
     console.print(table)
     status = "[green]ok[/]" if report.ok else "[red]not ok[/]"

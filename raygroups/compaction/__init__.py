@@ -124,7 +124,8 @@ def run_with_progress(cluster: Any, *, partitions: list[int] | None = None, stor
         if min_dirty_ratio is not None and up["segments"] and rows[p]["dirty_ratio"] < min_dirty_ratio:
             clean_enough.add(p)
             rows[p]["ok"] = True
-            rows[p]["note"] = f"dirty ratio {rows[p]['dirty_ratio']:.2f} < {min_dirty_ratio:g}: not compacted"
+            rows[p]["skipped"] = True
+            rows[p]["note"] = f"clean: dirty ratio {rows[p]['dirty_ratio']:.2f} < {min_dirty_ratio:g}"
     segment_refs = [job.SegmentRef(p, name, base, size, crc) for p, up in uploads.items() if p not in clean_enough
                     for name, base, size, crc in up["segments"]]
     session = spark if spark is not None else spark_session()
