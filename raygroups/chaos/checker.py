@@ -1,0 +1,174 @@
+"""The offline checker of a chaos history (pure: a history file in, violations out).
+
+Invariants checked on the client operations (``commit``, ``fetch``, and ``delete`` of a group), in the
+order the history records events (line order, not the clocks):
+
+* ``lost-acked-commit`` -- a fetch invoked after a commit of offset o to a partition was acknowledged
+  returns less than o (the workload's commits per partition only grow, as a consumer's do);
+* ``offset-went-backwards`` -- a fetch invoked after another fetch of the same partition completed
+  returns less than that one did;
+* ``deleted-group-came-back`` -- a fetch invoked after a group's deletion was acknowledged returns a
+  committed offset (not -1) although no commit to the group could have come after the deletion (none was
+  invoked after it, none was in flight when it was invoked).
+
+A deletion resets what the first two expect of its group; a deletion whose outcome is unknown (``info``,
+or still open) stops checking its group from then on, since it may take effect at any later time.
+Commits and fetches whose outcome is unknown or failed set no expectation. These are Jepsen's
+linearizability checks narrowed to what a monotonic offsets workload makes checkable without a search.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from raygroups.chaos.history import History, HistoryError, Operation
+
+INVARIANTS = ("lost-acked-commit", "offset-went-backwards", "deleted-group-came-back")
+Key = tuple[str, str, int]
+
+
+@dataclass
+class Violation:
+    invariant: str
+    key: Key
+    message: str
+    operations: list[Operation]
+
+    def to_dict(self) -> dict:
+        group, topic, partition = self.key
+        return {"invariant": self.invariant, "group": group, "topic": topic, "partition": partition,
+                "message": self.message, "operations": [op.to_dict() for op in self.operations]}
+
+
+@dataclass
+class CheckResult:
+    violations: list[Violation] = field(default_factory=list)
+    operations: dict[str, int] = field(default_factory=dict)
+    faults: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def to_dict(self) -> dict:
+        return {"ok": self.ok, "violations": [v.to_dict() for v in self.violations], "operations": self.operations,
+                "faults_injected": self.faults, "invariants": list(INVARIANTS)}
+
+
+def _key(op: Operation, line: int) -> Key:
+    value = op.invoke.value
+    try:
+        group, topic, partition = value["group"], value["topic"], value["partition"]
+    except KeyError as e:
+        raise HistoryError(f"line {line}: a {op.f} needs group, topic and partition in its value; {e} is missing") \
+            from None
+    if not isinstance(group, str) or not isinstance(topic, str) or isinstance(partition, bool) or \
+            not isinstance(partition, int):
+        raise HistoryError(f"line {line}: group and topic must be strings and partition an int")
+    return group, topic, partition
+
+
+def _offset(value: dict, op: Operation, line: int) -> int:
+    offset = value.get("offset")
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < -1:
+        raise HistoryError(f"line {line}: a {op.f} needs an int offset >= -1 in its value, got {offset!r}")
+    return offset
+
+
+@dataclass
+class _Best:
+    """The highest offset established for a key, by which operation, under which deletion epoch."""
+
+    offset: int
+    op: Operation
+
+
+@dataclass
+class _GroupState:
+    epoch: int = 0  # acknowledged deletions so far
+    uncertain: bool = False  # a deletion of unknown outcome: no more checks on this group
+    open_commits: set = field(default_factory=set)
+    last_commit_invoked: int = 0  # line of the latest commit invocation
+    deleted_by: Operation | None = None  # the last acknowledged deletion, while nothing can have undone it
+
+
+def check(history: History) -> CheckResult:
+    result = CheckResult(operations=history.counts(), faults=len(history.faults))
+    groups: dict[str, _GroupState] = {}
+    acked: dict[Key, _Best] = {}
+    fetched: dict[Key, _Best] = {}
+    # What each open operation saw when it was invoked.
+    at_invoke: dict[int, tuple] = {}
+    op_of: dict[int, Operation] = {}
+    for op in history.operations:
+        op_of[op.invoke.line] = op
+        if op.complete is not None:
+            op_of[op.complete.line] = op
+
+    def group_state(name: str) -> _GroupState:
+        return groups.setdefault(name, _GroupState())
+
+    for ev in history.events:
+        op = op_of.get(ev.line)
+        if op is None or op.f not in ("commit", "fetch", "delete"):
+            continue  # a fault, or an operation these invariants do not read
+        if op.f == "delete":
+            group = op.invoke.value.get("group")
+            if not isinstance(group, str):
+                raise HistoryError(f"line {ev.line}: a delete needs the group's name in its value")
+            g = group_state(group)
+            if ev.type == "invoke":
+                at_invoke[ev.line] = (bool(g.open_commits),)
+                if op.complete is None or op.type == "info":
+                    g.uncertain = True
+            elif ev.type == "ok":
+                g.epoch += 1
+                for table in (acked, fetched):
+                    for key in [k for k in table if k[0] == group]:
+                        del table[key]
+                # The group stays deleted unless a commit may come after the deletion: one in flight when it
+                # was invoked, or one invoked since.
+                in_flight = at_invoke[op.invoke.line][0] or g.last_commit_invoked > op.invoke.line
+                g.deleted_by = None if in_flight else op
+            continue
+        key = _key(op, ev.line)
+        g = group_state(key[0])
+        if ev.type == "invoke":
+            at_invoke[ev.line] = (g.epoch, acked.get(key), fetched.get(key), g.deleted_by)
+            if op.f == "commit":
+                g.open_commits.add(ev.line)
+                g.last_commit_invoked = ev.line
+                g.deleted_by = None  # this commit may recreate the group
+            continue
+        epoch, acked_then, fetched_then, deleted_then = at_invoke[op.invoke.line]
+        if op.f == "commit":
+            g.open_commits.discard(op.invoke.line)
+            if ev.type == "ok" and epoch == g.epoch:
+                offset = _offset(op.invoke.value, op, op.invoke.line)
+                if key not in acked or offset > acked[key].offset:
+                    acked[key] = _Best(offset, op)
+            continue
+        if ev.type != "ok":
+            continue
+        offset = _offset(ev.value, op, ev.line)
+        if g.uncertain:
+            continue
+        where = f"group {key[0]!r} topic {key[1]!r} partition {key[2]}"
+        if acked_then is not None and offset < acked_then.offset:
+            result.violations.append(Violation(
+                "lost-acked-commit", key,
+                f"{where}: {op.describe()} returned {offset}, but a commit of {acked_then.offset} had been "
+                f"acknowledged before it was invoked ({acked_then.op.describe()})", [acked_then.op, op]))
+        if fetched_then is not None and offset < fetched_then.offset:
+            result.violations.append(Violation(
+                "offset-went-backwards", key,
+                f"{where}: {op.describe()} returned {offset}, but an earlier fetch had returned "
+                f"{fetched_then.offset} ({fetched_then.op.describe()})", [fetched_then.op, op]))
+        if deleted_then is not None and offset >= 0:
+            result.violations.append(Violation(
+                "deleted-group-came-back", key,
+                f"{where}: {op.describe()} returned {offset}, but the group's deletion had been acknowledged "
+                f"({deleted_then.describe()}) and no commit could have come after it", [deleted_then, op]))
+        if epoch == g.epoch and (key not in fetched or offset > fetched[key].offset):
+            fetched[key] = _Best(offset, op)
+    return result
