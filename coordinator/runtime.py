@@ -193,9 +193,13 @@ class CoordinatorRuntime:
                 # The operation answered its own request: if its records were lost, the answer is the error.
                 value = op.error_response(error)
             sink(value)
-        if error is not Errors.NONE and op.respond is not None and not op.respond.done and op.error_response:
-            if error is Errors.UNKNOWN_SERVER_ERROR:
-                op.respond.complete(op.error_response(error))
+        if error is Errors.UNKNOWN_SERVER_ERROR and not op.callbacks:
+            self._answer_unanswered(op, error)
+
+    @staticmethod
+    def _answer_unanswered(op: PendingOp, error: Errors) -> None:
+        if op.respond is not None and not op.respond.done and op.error_response is not None:
+            op.respond.complete(op.error_response(error))
 
     # --- batches: the group-commit protocol shared by the synchronous and the actor drivers ------
     def seal_batch(self, ctx: PartitionContext) -> tuple[list[Record], list[PendingOp]] | None:
@@ -236,6 +240,12 @@ class CoordinatorRuntime:
         for op in failed:
             for cb in op.callbacks:
                 self.execute(ctx, lambda cb=cb: cb(error))
+            # An operation's own callback answers first, with what it knows (e.g. a replaced static member
+            # gets the group's generation, protocol and leader: Kafka's CoordinatorRuntime fails the append
+            # future before the write future, GroupMetadataManager.updateStaticMemberThenRebalanceOrCompleteJoin);
+            # an UNKNOWN_SERVER_ERROR that no callback answered gets the generic error response.
+            if error is Errors.UNKNOWN_SERVER_ERROR and op.callbacks:
+                self._answer_unanswered(op, error)
         self._run_follow_up(ctx, follow_up)
 
     def flush(self, ctx: PartitionContext) -> None:

@@ -267,13 +267,15 @@ def test_leader_sync_append_failure(append_error, client_error):
 @pytest.mark.parametrize("append_error,client_error", GROUP_WRITE_MAPPING, ids=IDS)
 def test_static_replacement_append_failure_is_reverted(append_error, client_error):
     """testReplaceStaticMemberInStableStateErrors / ...PersistenceFailure: the join is answered with the
-    mapped error and member id ""; the old member id is valid again, the new one unknown."""
+    mapped error (UNKNOWN_SERVER_ERROR included), member id "" and the group's current generation, protocol
+    and leader, never the generic generation -1; the old member id is valid again, the new one unknown."""
     ctx = Ctx()
     gen, ids, leader = stable_static_group(ctx, ["a", "b"])
     records = ctx.records()
     ctx.coord.fail_next_append_for_testing(0, append_error)
     r = ctx.join(group_instance_id="b", protocols=(("range", b"changed"),)).result(timeout=0)
     assert (r.error, r.member_id) == (client_error, "")
+    assert (r.generation_id, r.protocol_name, r.leader) == (gen, "range", leader)
     assert ctx.records() == records
     ctx.assert_replay_matches()
     group = ctx.coord.group_for_testing(GROUP)
