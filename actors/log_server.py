@@ -50,6 +50,16 @@ def ray_node_id() -> str | None:
         return None
 
 
+def ray_actor_id() -> str | None:
+    """The Ray actor this code runs in (hex, as the controller names shard actors), or None outside one."""
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_actor_id() if ray.is_initialized() else None
+    except Exception:  # noqa: BLE001 - outside a Ray actor there is none
+        return None
+
+
 class LogServer:
     def __init__(self, node: str, node_dir: str, segment_bytes: int, fsync_interval_ms: int | None,
                  num_partitions: int | None = None, min_insync_replicas: int | None = None) -> None:

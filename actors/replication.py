@@ -44,10 +44,12 @@ class Deposed(Exception):
 
 class LeaderReplication:
     def __init__(self, partition: int, node: str, controller, log_server: Callable[[str], object],
-                 min_insync_replicas: int, replica_lag_ms: int, ray_node_id: str | None = None) -> None:
+                 min_insync_replicas: int, replica_lag_ms: int, ray_node_id: str | None = None,
+                 actor_id: str | None = None) -> None:
         self.partition = partition
         self.node = node
         self.ray_node_id = ray_node_id  # which incarnation of the node this leader runs on
+        self.actor_id = actor_id  # which shard actor this leader is (a replaced one gets no epoch)
         self._controller = controller
         self._log_server = log_server
         self.min_isr = min_insync_replicas
@@ -63,7 +65,8 @@ class LeaderReplication:
         this incarnation of the node and its disk)."""
         deadline = time.monotonic() + START_WAIT_S
         while True:
-            meta = await self._controller.leader_started.remote(self.partition, self.node, self.ray_node_id)
+            meta = await self._controller.leader_started.remote(self.partition, self.node, self.ray_node_id,
+                                                                 self.actor_id)
             if meta is None:
                 raise Deposed(f"the controller does not name node {self.node} leader of partition {self.partition}")
             if "wait" not in meta:

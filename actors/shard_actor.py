@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from raygroups.actors import log_compaction
-from raygroups.actors.log_server import ray_node_id
+from raygroups.actors.log_server import ray_actor_id, ray_node_id
 from raygroups.actors.partition_writer import AppendFailed, LocalWriter, PartitionWriter, ReplicatedWriter
 from raygroups.actors.replication import MAINTENANCE_INTERVAL_S, LeaderReplication
 from raygroups.actors.timers import AsyncioTimers, WallClock
@@ -129,6 +129,7 @@ class CoordinatorShard:
                 self._writer = ReplicatedWriter(LeaderReplication(
                     self.partition, self._node, self._directory.controller(), self._directory.log_server,
                     self.config.min_insync_replicas, self.config.replica_lag_time_max_ms, ray_node_id(),
+                    ray_actor_id(),
                 ))
             ctx.epoch = await self._writer.start(ctx.epoch)
             plog = await loop.run_in_executor(self._io, self._open_log)

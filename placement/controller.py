@@ -366,21 +366,33 @@ class Controller:
     # ------------------------------------------------------------------------------------------
     # Requests from leaders (epoch-checked)
     # ------------------------------------------------------------------------------------------
-    async def leader_started(self, partition: int, node: str, ray_node_id: str | None = None) -> dict | None:
-        """A shard actor on ``node`` (Ray node ``ray_node_id``) is about to serve ``partition``: give it a
-        fresh epoch (above every earlier incarnation's), persisted and fenced on the replicas, with the
-        replicas and the ISR. None if ``node`` does not lead the partition; ``{"wait": reason}`` while this
-        controller has not yet checked that incarnation of the node and its disk."""
+    async def leader_started(self, partition: int, node: str, ray_node_id: str | None = None,
+                             actor_id: str | None = None) -> dict | None:
+        """A shard actor on ``node`` (Ray node ``ray_node_id``; Ray actor ``actor_id``) is about to serve
+        ``partition``: give it a fresh epoch (above every earlier incarnation's), persisted and fenced on the
+        replicas, with the replicas and the ISR. None if ``node`` does not lead the partition, or if the
+        calling actor is no longer the partition's shard (replaced while its call was in flight: the new
+        shard gets the epoch, never the old one); ``{"wait": reason}`` while this controller has not yet
+        checked that incarnation of the node and its disk."""
         await self._ensure_running()
         async with self._lock:
             if self._obs is None:
                 return {"wait": "the controller has not looked at the cluster yet"}
+            if actor_id is not None and await asyncio.to_thread(self._current_shard_id, partition) != actor_id:
+                return None
             new = on_leader_started(self._meta, partition, node, ray_node_id)
             if new is None or isinstance(new, str):
                 return None if new is None else {"wait": new}
             await self._commit_or_raise(Commit(partition, new, self._meta.partitions[partition], "leader started"))
             a = self._meta.partitions[partition]
             return {"leader_epoch": a.leader_epoch, "replicas": list(a.replicas), "isr": list(a.isr)}
+
+    def _current_shard_id(self, partition: int) -> str | None:
+        """The Ray actor id of the shard actor registered under the partition's name now (None: none)."""
+        try:
+            return self._actors.actor_id(self._actors.shard(partition))
+        except ValueError:
+            return None
 
     async def _commit_or_raise(self, c: Commit) -> None:
         """A leader's request: a state that cannot be persisted now is an error the leader retries, not a

@@ -57,6 +57,16 @@ class Actors:
     def read_topics(self):
         return {}, 0
 
+    shards: dict = {}  # partition -> the actor id registered under its shard's name
+
+    def shard(self, partition):
+        if partition not in self.shards:
+            raise ValueError(f"no shard actor for partition {partition}")  # what a missing name raises
+        return self.shards[partition]
+
+    def actor_id(self, handle):
+        return handle
+
 
 def setup(tmp_path):
     actors = Actors(tmp_path)
@@ -139,3 +149,20 @@ def test_a_leader_asking_for_its_epoch_waits_until_its_node_is_checked(tmp_path)
     assert granted["leader_epoch"] == 1 and granted["isr"] == list(NODES)
     assert all(on_disk(tmp_path, n)[1] == 1 for n in NODES)  # every replica fenced at the new epoch
     assert asyncio.run(controller.leader_started(0, "B", "B#1")) is None  # not the leader
+
+
+def test_a_shard_replaced_while_asking_for_its_epoch_gets_none(tmp_path):
+    """A shard actor replaced (a new actor under the partition's name) while its leader_started call was
+    in flight is not given the new epoch; the actor now registered is."""
+    actors, controller = setup(tmp_path)
+    controller._lock = asyncio.Lock()
+    controller._task = True
+    created(controller, actors)
+    actors.shards = {0: "actor-2"}  # the controller replaced actor-1 by actor-2
+    assert asyncio.run(controller.leader_started(0, "A", "A#1", "actor-1")) is None
+    assert all(on_disk(tmp_path, n)[1] == 0 for n in NODES)  # nobody fenced for the old actor
+    actors.shards = {}
+    assert asyncio.run(controller.leader_started(0, "A", "A#1", "actor-1")) is None  # no shard registered
+    actors.shards = {0: "actor-2"}
+    granted = asyncio.run(controller.leader_started(0, "A", "A#1", "actor-2"))
+    assert granted["leader_epoch"] == 1 and all(on_disk(tmp_path, n)[1] == 1 for n in NODES)

@@ -36,7 +36,7 @@ class Controller:
         self.replicas = replicas
         self.isr = list(replicas)
 
-    async def leader_started(self, partition, node_id, ray_node_id=None):
+    async def leader_started(self, partition, node_id, ray_node_id=None, actor_id=None):
         self.epoch += 1
         return {"leader_epoch": self.epoch, "replicas": self.replicas, "isr": self.isr}
 
