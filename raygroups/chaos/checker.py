@@ -151,8 +151,8 @@ def check(history: History) -> CheckResult:
         if ev.type != "ok":
             continue
         offset = _offset(ev.value, op, ev.line)
-        if g.uncertain:
-            continue
+        if g.uncertain or epoch != g.epoch:
+            continue  # a deletion may have come before or after this fetch: nothing to expect of it
         where = f"group {key[0]!r} topic {key[1]!r} partition {key[2]}"
         if acked_then is not None and offset < acked_then.offset:
             result.violations.append(Violation(
@@ -169,6 +169,6 @@ def check(history: History) -> CheckResult:
                 "deleted-group-came-back", key,
                 f"{where}: {op.describe()} returned {offset}, but the group's deletion had been acknowledged "
                 f"({deleted_then.describe()}) and no commit could have come after it", [deleted_then, op]))
-        if epoch == g.epoch and (key not in fetched or offset > fetched[key].offset):
+        if key not in fetched or offset > fetched[key].offset:
             fetched[key] = _Best(offset, op)
     return result
