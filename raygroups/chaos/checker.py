@@ -77,7 +77,7 @@ def _offset(value: dict, op: Operation, line: int) -> int:
 
 @dataclass
 class _Best:
-    """The highest offset established for a key, by which operation, under which deletion epoch."""
+    """The highest offset established for a key, and by which operation."""
 
     offset: int
     op: Operation
@@ -97,7 +97,7 @@ def check(history: History) -> CheckResult:
     groups: dict[str, _GroupState] = {}
     acked: dict[Key, _Best] = {}
     fetched: dict[Key, _Best] = {}
-    # What each open operation saw when it was invoked.
+    # What each operation saw when it was invoked, by its invocation's line.
     at_invoke: dict[int, tuple] = {}
     op_of: dict[int, Operation] = {}
     for op in history.operations:

@@ -42,7 +42,6 @@ class Operation:
 
     invoke: Event
     complete: Event | None = None
-    extra: dict = field(default_factory=dict)
 
     @property
     def process(self) -> str:
