@@ -25,14 +25,16 @@ def check(history: str, as_json: bool) -> None:
 
     try:
         result = check_history(read_history(history))
-    except (OSError, HistoryError) as e:
+    except OSError as e:
+        _fail(ValueError(f"{history}: {(e.strerror or str(e)).lower()}"))
+    except HistoryError as e:
         _fail(ValueError(f"{history}: {e}"))
     if as_json:
         click.echo(json.dumps(result.to_dict(), sort_keys=True))
     else:
         ops = result.operations
         click.echo(f"{sum(ops.values())} operations ({ops['ok']} ok, {ops['fail']} failed, {ops['info']} unknown), "
-                   f"{result.faults} faults")
+                   f"{result.faults} fault(s)")
         for v in result.violations:
             click.echo(f"VIOLATION {v.invariant}: {v.message}")
         click.echo("valid: no invariant violated" if result.ok else f"invalid: {len(result.violations)} violation(s)")
