@@ -20,6 +20,7 @@ class _Prop:
     attr: str
     minimum: int
     maximum: int
+    boolean: bool = False  # a true/false property (Kafka's boolean configs)
 
 
 # Kafka property name -> (attribute, min, max). Defaults live on the dataclass.
@@ -43,6 +44,7 @@ _PROPERTIES: dict[str, _Prop] = {
     "message.max.bytes": _Prop("message_max_bytes", 1024, _INT_MAX),
     "request.timeout.ms": _Prop("request_timeout_ms", 1, _INT_MAX),
     "log.flush.interval.ms": _Prop("log_flush_interval_ms", 0, _LONG_MAX),
+    "unclean.leader.election.enable": _Prop("unclean_leader_election_enable", 0, 1, boolean=True),
 }
 
 
@@ -72,6 +74,10 @@ class CoordinatorConfig:
     request_timeout_ms: int = 30_000
     # 0: fsync every batch (the default here); N > 0: fsync at most every N ms.
     log_flush_interval_ms: int = 0
+    # Kafka's default (false since KIP-106): a partition whose every in-sync replica is lost stays offline
+    # until one returns. True elects any live replica instead: available sooner, but the commits and
+    # group states it had not replicated are lost (the other replicas are truncated to its log).
+    unclean_leader_election_enable: bool = False
 
     def __post_init__(self) -> None:
         for name, prop in _PROPERTIES.items():
@@ -96,7 +102,7 @@ class CoordinatorConfig:
             return properties
         if not isinstance(properties, dict):
             raise TypeError(f"config must be a dict of Kafka property names, got {type(properties).__name__}")
-        kwargs: dict[str, int] = {}
+        kwargs: dict[str, Any] = {}
         for name, value in properties.items():
             prop = _PROPERTIES.get(name)
             if prop is None:
@@ -111,6 +117,10 @@ class CoordinatorConfig:
 
 
 def _check(name: str, value: Any, prop: _Prop) -> None:
+    if prop.boolean:
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be true or false, got {type(value).__name__} {value!r}")
+        return
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
     if not prop.minimum <= value <= prop.maximum:

@@ -25,16 +25,21 @@ def main() -> None:
     """raygroups: Apache Kafka's consumer-group coordinator as an actor system on Ray."""
 
 
-def _parse_config(items: tuple[str, ...]) -> dict[str, int]:
-    config: dict[str, int] = {}
+def _parse_config(items: tuple[str, ...]) -> dict[str, int | bool]:
+    config: dict[str, int | bool] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--config")
+        value = value.strip()
+        if value.lower() in ("true", "false"):  # Kafka's boolean properties
+            config[key.strip()] = value.lower() == "true"
+            continue
         try:
-            config[key.strip()] = int(value.strip())
+            config[key.strip()] = int(value)
         except ValueError:
-            raise click.BadParameter(f"{key}: {value!r} is not an integer", param_hint="--config") from None
+            raise click.BadParameter(f"{key}: {value!r} is not an integer (nor true/false)",
+                                     param_hint="--config") from None
     return config
 
 

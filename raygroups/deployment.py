@@ -138,7 +138,8 @@ def _resumable(existing: dict, wanted: dict, namespace: str, config_given: bool)
 def _settings(cfg: CoordinatorConfig) -> Settings:
     return Settings(num_partitions=cfg.offsets_topic_num_partitions,
                     replication_factor=cfg.offsets_topic_replication_factor,
-                    min_insync_replicas=cfg.min_insync_replicas)
+                    min_insync_replicas=cfg.min_insync_replicas,
+                    unclean_election=cfg.unclean_leader_election_enable)
 
 
 def _warn_unlabelled() -> None:

@@ -139,3 +139,15 @@ def test_config_defaults_are_kafkas():
     assert c.offsets_retention_ms == 7 * 24 * 3600 * 1000
     assert c.offset_metadata_max_bytes == 4096
     assert CoordinatorConfig.from_properties(c.to_properties()) == c
+    assert c.unclean_leader_election_enable is False  # KIP-106
+
+
+def test_unclean_leader_election_is_a_true_false_property_that_reaches_the_controller():
+    from raygroups.deployment import _settings
+
+    c = CoordinatorConfig.from_properties({"unclean.leader.election.enable": True})
+    assert c.unclean_leader_election_enable and c.to_properties()["unclean.leader.election.enable"] is True
+    assert _settings(c).unclean_election and not _settings(CoordinatorConfig()).unclean_election
+    for bad in (1, "true", None):
+        with pytest.raises(TypeError, match="unclean.leader.election.enable must be true or false"):
+            CoordinatorConfig.from_properties({"unclean.leader.election.enable": bad})

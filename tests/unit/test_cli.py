@@ -25,7 +25,7 @@ def test_version_and_help():
 @pytest.mark.parametrize(("args", "message"), [
     ((), "Missing option '--data-dir'"),
     (("--data-dir", "/d", "--config", "min.insync.replicas"), "is not KEY=VALUE"),
-    (("--data-dir", "/d", "--config", "min.insync.replicas=two"), "'two' is not an integer"),
+    (("--data-dir", "/d", "--config", "min.insync.replicas=two"), "'two' is not an integer (nor true/false)"),
     (("--data-dir", "/d", "--partitions", "0"), "0 is not in the range 1<=x<=10000"),
 ])
 def test_usage_errors_exit_2(args, message):
@@ -90,3 +90,11 @@ def test_every_accepts_kafka_style_durations():
 
     assert [parse_every(v) for v in ("90", "30s", "10m", "1h", "1d", "1500ms")] == [90, 30, 600, 3600, 86400, 1.5]
     assert parse_every(None) is None
+
+
+def test_config_values_are_integers_or_kafkas_true_false():
+    from raygroups.cli import _parse_config
+
+    assert _parse_config(("min.insync.replicas=2", "unclean.leader.election.enable=TRUE")) == {
+        "min.insync.replicas": 2, "unclean.leader.election.enable": True}
+    assert _parse_config(("unclean.leader.election.enable = false",)) == {"unclean.leader.election.enable": False}
