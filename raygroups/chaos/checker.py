@@ -9,7 +9,13 @@ order the history records events (line order, not the clocks):
   returns less than that one did;
 * ``deleted-group-came-back`` -- a fetch invoked after a group's deletion was acknowledged returns a
   committed offset (not -1) although no commit to the group could have come after the deletion (none was
-  invoked after it, none was in flight when it was invoked).
+  invoked after it, none was in flight when it was invoked);
+* ``resume-below-committed`` -- a consumer resumed a newly assigned partition (its ``resume``: the committed
+  offset it fetched) below an offset whose commit had been acknowledged before it fetched (a ``resume``
+  is a fetch for the other checks too).
+
+``membership_checks`` adds the invariants on generations and assignments and on the shards' own records
+(the audit at the end of a run).
 
 A deletion resets what the first two expect of its group; a deletion whose outcome is unknown (``info``,
 or still open) stops checking its group from then on, since it may take effect at any later time.
@@ -21,9 +27,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from raygroups.chaos import membership_checks
 from raygroups.chaos.history import History, HistoryError, Operation
 
-INVARIANTS = ("lost-acked-commit", "offset-went-backwards", "deleted-group-came-back")
+INVARIANTS = ("lost-acked-commit", "offset-went-backwards", "deleted-group-came-back", "resume-below-committed",
+              *membership_checks.MEMBERSHIP_INVARIANTS, *membership_checks.AUDIT_INVARIANTS)
 Key = tuple[str, str, int]
 
 
@@ -93,7 +101,21 @@ class _GroupState:
 
 
 def check(history: History) -> CheckResult:
-    result = CheckResult(operations=history.counts(), faults=len(history.faults))
+    result = CheckResult(operations=history.counts(), faults=sum(1 for ev in history.faults if ev.f != "heal"))
+    _offsets(history, result)
+
+    def violation(invariant: str, key: Key, message: str, operations: list[Operation]) -> None:
+        result.violations.append(Violation(invariant, key, message, operations))
+
+    membership_checks.exclusive_ownership(history, violation)
+    membership_checks.generations(history, violation)
+    membership_checks.rebalance_on_failover(history, violation)
+    membership_checks.audit(history, violation)
+    return result
+
+
+def _offsets(history: History, result: CheckResult) -> None:
+    """The invariants on committed offsets, in one pass over the events in line order."""
     groups: dict[str, _GroupState] = {}
     acked: dict[Key, _Best] = {}
     fetched: dict[Key, _Best] = {}
@@ -110,7 +132,7 @@ def check(history: History) -> CheckResult:
 
     for ev in history.events:
         op = op_of.get(ev.line)
-        if op is None or op.f not in ("commit", "fetch", "delete"):
+        if op is None or op.f not in ("commit", "fetch", "resume", "delete"):
             continue  # a fault, or an operation these invariants do not read
         if op.f == "delete":
             group = op.invoke.value.get("group")
@@ -156,7 +178,7 @@ def check(history: History) -> CheckResult:
         where = f"group {key[0]!r} topic {key[1]!r} partition {key[2]}"
         if acked_then is not None and offset < acked_then.offset:
             result.violations.append(Violation(
-                "lost-acked-commit", key,
+                "lost-acked-commit" if op.f == "fetch" else "resume-below-committed", key,
                 f"{where}: {op.describe()} returned {offset}, but a commit of {acked_then.offset} had been "
                 f"acknowledged before it was invoked ({acked_then.op.describe()})", [acked_then.op, op]))
         if fetched_then is not None and offset < fetched_then.offset:
@@ -171,4 +193,3 @@ def check(history: History) -> CheckResult:
                 f"({deleted_then.describe()}) and no commit could have come after it", [deleted_then, op]))
         if key not in fetched or offset > fetched[key].offset:
             fetched[key] = _Best(offset, op)
-    return result

@@ -23,8 +23,8 @@ class H:
         self.lines: list[dict] = []
 
     def ev(self, process, type_, f, **value):
-        self.lines.append({"time": round(len(self.lines) * 0.1, 1), "process": process, "type": type_, "f": f,
-                           "value": value})
+        self.lines.append({"time": round(len(self.lines) * 0.1 + getattr(self, "_skip", 0), 1), "process": process,
+                           "type": type_, "f": f, "value": value})
         return self
 
     def commit(self, process, offset, ends="ok", group=G, partition=0):
@@ -41,6 +41,37 @@ class H:
 
     def fault(self, name, **target):
         return self.ev("nemesis", "info", name, **target)
+
+    def op(self, process, f, ends="ok", **value):
+        self.ev(process, "invoke", f, **value)
+        return self.ev(process, ends, f, **value)
+
+    def assign(self, process, member, generation, partitions, group=G):
+        return self.op(process, "assign", group=group, member=member, generation=generation,
+                       partitions=[[T, p] for p in partitions])
+
+    def gen_commit(self, process, offset, generation, ends="ok", partition=0):
+        return self.op(process, "commit", ends, group=G, topic=T, partition=partition, offset=offset,
+                       generation=generation, member=process)
+
+    def resume(self, process, offset, partition=0):
+        self.ev(process, "invoke", "resume", group=G, topic=T, partition=partition)
+        return self.ev(process, "ok", "resume", group=G, topic=T, partition=partition, offset=offset)
+
+    def start(self, consumer, group=G):
+        return self.op("workload", "start-consumer", group=group, consumer=consumer, session_timeout_ms=1_000,
+                       rebalance_timeout_ms=1_000)
+
+    def wait(self, seconds):
+        """Let ``seconds`` pass before the next event."""
+        self._skip = getattr(self, "_skip", 0) + seconds
+        return self
+
+    def digest(self, partition, live, replay):
+        return self.op("auditor", "digest", partition=partition, live=live, replay=replay)
+
+    def replica(self, partition, node, runs):
+        return self.op("auditor", "replica-log", partition=partition, node=node, runs=runs)
 
     def check(self):
         return check(pair_events(parse_event(json.dumps(obj), n) for n, obj in enumerate(self.lines, 1)))
@@ -107,10 +138,86 @@ def test_deleted_group_came_back():
     assert H().commit("c1", 9).delete("admin", ends="info").fetch("p1", -1).fetch("p1", 9).check().ok
 
 
+def test_resume_below_committed():
+    result = H().commit("c1", 40).resume("c2", 12).check()
+    assert invariants(result) == ["resume-below-committed"]
+    assert "returned 12, but a commit of 40 had been acknowledged" in result.violations[0].message
+    # Resuming at (or above) what was committed is what a consumer should do; a resume is a fetch too.
+    assert H().commit("c1", 40).resume("c2", 40).fetch("p", 40).check().ok
+    assert invariants(H().resume("c2", 40).fetch("p", 12).check()) == ["offset-went-backwards"]
+
+
+def test_exclusive_ownership_per_generation():
+    result = H().assign("c1", "m1", 3, [0, 1]).assign("c2", "m2", 3, [1, 2]).check()
+    assert invariants(result) == ["exclusive-ownership"]
+    v = result.violations[0]
+    assert v.key == (G, T, 1) and "generation 3" in v.message and "'m1'" in v.message and "'m2'" in v.message
+    # The same partition in two generations (a move), or twice to one member, is fine.
+    h = H().start("c1").assign("c1", "m1", 3, [0, 1]).assign("c1", "m1", 3, [1]).start("c2")
+    assert h.assign("c2", "m2", 4, [1, 2]).check().ok
+
+
+def test_generation_never_decreases():
+    result = H().assign("c1", "m1", 5, [0]).gen_commit("c2", 10, 4).check()
+    assert invariants(result) == ["generation-went-backwards"]
+    assert "acknowledged at generation 4, but generation 5" in result.violations[0].message
+    # Failed or unknown operations of an older generation are what fencing looks like, not a violation.
+    assert H().assign("c1", "m1", 5, [0]).gen_commit("c2", 10, 4, ends="fail").gen_commit("c2", 10, 4, ends="info") \
+        .check().ok
+    # An operation invoked before the newer generation was acknowledged may complete after it.
+    h = H().assign("c1", "m1", 4, [0]).start("c2")
+    h.ev("c2", "invoke", "commit", group=G, topic=T, partition=0, offset=10, generation=4, member="m2")
+    h.assign("c1", "m1", 5, [0]).ev("c2", "ok", "commit", group=G, topic=T, partition=0, offset=10, generation=4,
+                                     member="m2")
+    assert h.check().ok
+
+
+def test_no_rebalance_from_a_coordinator_failover():
+    h = H().start("c1").assign("c1", "m1", 1, [0, 1]).wait(30).fault("node-kill", node="node-0")
+    result = h.assign("c1", "m1", 2, [0, 1]).check()
+    assert invariants(result) == ["rebalance-on-failover"]
+    assert "generation 2" in result.violations[0].message and "node-kill" in result.violations[0].message
+    # The same generation step after a consumer fault of the group (or a consumer the workload started) is a
+    # rebalance with a cause.
+    h = H().start("c1").assign("c1", "m1", 1, [0, 1]).wait(30).fault("node-kill", node="node-0")
+    assert h.fault("consumer-kill", group=G, consumer="c2").assign("c1", "m1", 2, [0, 1]).check().ok
+    h = H().start("c1").assign("c1", "m1", 1, [0, 1]).wait(30).start("c2")
+    assert h.assign("c1", "m1", 2, [0]).check().ok
+
+
+def test_single_writer_per_partition_and_epoch():
+    run = [[1, 0, 10, "aa"], [2, 10, 25, "bb"]]
+    assert H().replica(0, "node-0", run).replica(0, "node-1", run).check().ok
+    result = H().replica(0, "node-0", run).replica(0, "node-1", [[1, 0, 10, "aa"], [2, 10, 25, "cc"]]).check()
+    assert invariants(result) == ["single-writer-per-epoch"]
+    assert "epoch 2" in result.violations[0].message
+    # Within one replica, an epoch that comes back after a newer one means two writers.
+    result = H().replica(3, "node-2", [[1, 0, 5, "aa"], [2, 5, 9, "bb"], [1, 9, 12, "cc"]]).check()
+    assert invariants(result) == ["single-writer-per-epoch"]
+    assert "go back to an older leader epoch" in result.violations[0].message
+
+
+def test_replay_equals_live():
+    assert H().digest(0, "abc", "abc").check().ok
+    result = H().digest(0, "abc", "abd").check()
+    assert invariants(result) == ["replay-differs-from-live"]
+    assert result.violations[0].key == ("", "__consumer_offsets", 0)
+
+
+def test_heal_events_are_not_counted_as_faults():
+    result = H().fault("leader-pause", partition=1).fault("heal", fault="leader-pause", partition=1).check()
+    assert result.ok and result.faults == 1
+
+
 def test_every_named_invariant_has_a_failing_history_here():
     caught = set()
     for history in (H().commit("c", 9).fetch("p", 1), H().fetch("p", 9).fetch("p", 1),
-                    H().commit("c", 9).delete("a").fetch("p", 9)):
+                    H().commit("c", 9).delete("a").fetch("p", 9), H().commit("c", 9).resume("c2", 1),
+                    H().assign("c1", "m1", 1, [0]).assign("c2", "m2", 1, [0]),
+                    H().assign("c1", "m1", 2, [0]).gen_commit("c2", 1, 1),
+                    H().start("c1").assign("c1", "m1", 1, [0]).wait(100).assign("c1", "m1", 2, [0]),
+                    H().replica(0, "a", [[1, 0, 1, "x"]]).replica(0, "b", [[1, 0, 1, "y"]]),
+                    H().digest(0, "x", "y")):
         caught.update(invariants(history.check()))
     assert caught == set(INVARIANTS)
 

@@ -1,0 +1,85 @@
+"""The fault catalogue and the seeded schedule of a chaos run (pure: no Ray, no clock).
+
+A run's schedule is drawn from its seed alone: when each fault starts (Poisson arrivals at ``rate`` faults
+per minute), which fault, which group it aims at and how long it lasts. Targets that depend on the
+cluster's state (the node leading a group's partition at that moment) are resolved when the fault is
+injected, so the same seed gives the same schedule while timings may differ.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+# name -> (what it does, needs a replicated deployment, weight in the mix)
+CATALOGUE: dict[str, tuple[str, bool, int]] = {
+    "shard-kill": ("SIGKILL the process of the shard leading a group's partition", False, 4),
+    "shard-stop": ("SIGTERM (a clean stop of) the process of the shard leading a group's partition", False, 2),
+    "leader-flap": ("kill whoever leads a group's partition three times, each once a new leader serves", False, 2),
+    "leader-pause": ("SIGSTOP the leader shard's process for longer than a failover, then SIGCONT: the "
+                     "zombie must neither answer nor write", False, 2),
+    "consumer-kill": ("kill a consumer actor without a goodbye (a new consumer process replaces it)", False, 2),
+    "consumer-pause": ("SIGSTOP a consumer's process beyond its session timeout, then SIGCONT", False, 1),
+    "node-kill": ("kill the node leading a group's partition (its raylet dies), restart it later", True, 3),
+    "node-stop": ("stop the node leading a group's partition gracefully, restart it later", True, 1),
+    "node-restart": ("restart the node leading a group's partition under its own name at once", True, 1),
+    "follower-loss": ("kill a node following a group's partition, restart it later", True, 2),
+    "controller-kill": ("kill the leader's node, then the controller actor mid-failover", True, 1),
+    "torn-tail": ("kill a follower node, cut the tail of its replica's last segment, restart it", True, 1),
+    "bit-flip": ("kill a follower node, flip a bit in its replica's last batch, restart it", True, 1),
+    "full-restart": ("kill every coordinator node, then start them all again", True, 1),
+}
+
+
+CONSUMER_FAULTS = ("consumer-kill", "consumer-pause")
+
+
+def faults_for(replicated: bool) -> list[str]:
+    """The catalogue's faults a deployment can take (node faults need a replicated, simulated one)."""
+    return [name for name, (_, needs, _) in CATALOGUE.items() if replicated or not needs]
+
+
+def parse_faults(text: str | None, replicated: bool) -> list[str]:
+    """``--faults a,b``: known names only, and only those this deployment can take."""
+    possible = faults_for(replicated)
+    if text is None or text == "all":
+        return possible
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise ValueError("--faults names no fault")
+    for n in names:
+        if n not in CATALOGUE:
+            raise ValueError(f"unknown fault {n!r}; the catalogue: {', '.join(CATALOGUE)}")
+        if n not in possible:
+            raise ValueError(f"fault {n!r} needs a replicated deployment of simulated nodes (--nodes 3)")
+    return sorted(set(names), key=list(CATALOGUE).index)
+
+
+@dataclass(frozen=True)
+class PlannedFault:
+    at: float  # seconds after the faults start
+    name: str
+    group: int  # index of the group whose coordinator (or consumers) it aims at
+    duration: float  # pause or down time, seconds
+    pick: int = 0  # which member/follower among the candidates (modulo their number)
+    details: dict = field(default_factory=dict, compare=False)
+
+
+def schedule(seed: int, seconds: float, rate_per_min: float, faults: list[str], groups: int,
+             pause_s: tuple[float, float] = (4.0, 7.0), down_s: tuple[float, float] = (1.0, 5.0)) -> list[PlannedFault]:
+    """The faults of a run, in start order. ``pause_s`` bounds SIGSTOP times (longer than a failover),
+    ``down_s`` how long a killed node stays down."""
+    if not faults:
+        return []
+    rng = random.Random(seed)
+    weights = [CATALOGUE[f][2] for f in faults]
+    out: list[PlannedFault] = []
+    t = 0.0
+    while True:
+        t += rng.expovariate(rate_per_min / 60.0)
+        if t >= seconds:
+            return out
+        name = rng.choices(faults, weights)[0]
+        lo, hi = pause_s if name in ("leader-pause", "consumer-pause") else down_s
+        out.append(PlannedFault(round(t, 3), name, rng.randrange(groups), round(rng.uniform(lo, hi), 3),
+                                rng.randrange(1 << 16)))

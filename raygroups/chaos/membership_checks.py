@@ -1,0 +1,186 @@
+"""The checker's invariants on group membership and on the shards' own records (pure; see ``checker``).
+
+Membership, from the consumers' ``assign`` operations (value: group, member, generation, partitions) and
+the generations their ``commit`` operations carried:
+
+* ``exclusive-ownership`` -- two members of a group were assigned the same partition in one generation;
+* ``generation-went-backwards`` -- an operation acknowledged at generation g was invoked after another
+  operation of the same group had been acknowledged at a generation above g (only acknowledged
+  assignments and commits count: a JoinGroup answer is not durable, as in Kafka);
+* ``rebalance-on-failover`` -- a group reached a new generation (after the first one the history shows)
+  with no membership change to cause it: no
+  consumer started or stopped by the workload, no consumer fault of that group, within the group's
+  session plus rebalance timeout before it (a coordinator failover alone must not make a group
+  rebalance: the new coordinator loads the members and restarts their sessions).
+
+Shards' records, from the audit the benchmark runs at the end (process ``auditor``):
+
+* ``single-writer-per-epoch`` -- a replica's batches go back to an older leader epoch, or two replicas
+  hold different batches under the same epoch below their common log end (two writers in one epoch);
+* ``replay-differs-from-live`` -- a leader's live state differs from a fresh replay of its log.
+"""
+
+from __future__ import annotations
+
+from raygroups.chaos.faults import CONSUMER_FAULTS
+from raygroups.chaos.history import History, HistoryError, Operation
+
+MEMBERSHIP_INVARIANTS = ("exclusive-ownership", "generation-went-backwards", "rebalance-on-failover")
+AUDIT_INVARIANTS = ("single-writer-per-epoch", "replay-differs-from-live")
+DEFAULT_ALLOWANCE_S = 60.0
+SLACK_S = 5.0  # a membership change noticed just after the rebalance it caused (a consumer that exits)
+
+
+def _int(value: dict, key: str, op: Operation) -> int:
+    v = value.get(key)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise HistoryError(f"line {op.invoke.line}: a {op.f} needs an int {key} in its value, got {v!r}")
+    return v
+
+
+def _str(value: dict, key: str, op: Operation) -> str:
+    v = value.get(key)
+    if not isinstance(v, str):
+        raise HistoryError(f"line {op.invoke.line}: a {op.f} needs a string {key} in its value, got {v!r}")
+    return v
+
+
+def _value(op: Operation) -> dict:
+    return op.complete.value if op.complete is not None and op.complete.value else op.invoke.value
+
+
+def exclusive_ownership(history: History, violation) -> None:
+    owner: dict[tuple[str, int, str, int], Operation] = {}
+    for op in history.operations:
+        if op.f != "assign" or op.type != "ok":
+            continue
+        value = _value(op)
+        group, member, generation = _str(value, "group", op), _str(value, "member", op), _int(value, "generation", op)
+        partitions = value.get("partitions")
+        if not isinstance(partitions, list):
+            raise HistoryError(f"line {op.invoke.line}: an assign needs a list of [topic, partition] in partitions")
+        for tp in partitions:
+            if not (isinstance(tp, list) and len(tp) == 2 and isinstance(tp[0], str) and isinstance(tp[1], int)):
+                raise HistoryError(f"line {op.invoke.line}: assign partitions entries must be [topic, partition]")
+            key = (group, generation, tp[0], tp[1])
+            first = owner.setdefault(key, op)
+            if _value(first)["member"] != member:
+                violation("exclusive-ownership", (group, tp[0], tp[1]),
+                          f"group {group!r} generation {generation}: {tp[0]}:{tp[1]} was assigned to member "
+                          f"{_value(first)['member']!r} ({first.describe()}) and to member {member!r} "
+                          f"({op.describe()})", [first, op])
+
+
+def generations(history: History, violation) -> None:
+    """``generation-went-backwards`` in line order: what each operation saw acknowledged when invoked."""
+    highest: dict[str, tuple[int, Operation]] = {}
+    seen_at_invoke: dict[int, tuple[int, Operation] | None] = {}
+    by_line = {}
+    for op in history.operations:
+        if op.f in ("assign", "commit") and "generation" in op.invoke.value:
+            by_line[op.invoke.line] = op
+            if op.complete is not None:
+                by_line[op.complete.line] = op
+    for ev in history.events:
+        op = by_line.get(ev.line)
+        if op is None:
+            continue
+        group = _str(op.invoke.value, "group", op)
+        generation = _int(op.invoke.value, "generation", op)
+        if ev.type == "invoke":
+            seen_at_invoke[ev.line] = highest.get(group)
+            continue
+        if ev.type != "ok" or generation < 0:
+            continue
+        before = seen_at_invoke.get(op.invoke.line)
+        if before is not None and generation < before[0]:
+            violation("generation-went-backwards", (group, "", -1),
+                      f"group {group!r}: {op.describe()} was acknowledged at generation {generation}, but "
+                      f"generation {before[0]} had been acknowledged before it was invoked ({before[1].describe()})",
+                      [before[1], op])
+        if group not in highest or generation > highest[group][0]:
+            highest[group] = (generation, op)
+
+
+def rebalances(history: History) -> dict[str, list[tuple[int, Operation]]]:
+    """Per group, each generation in the order first acknowledged, with the assignment that showed it."""
+    out: dict[str, list[tuple[int, Operation]]] = {}
+    seen: dict[str, set[int]] = {}
+    for op in sorted((o for o in history.operations if o.f == "assign" and o.type == "ok"),
+                     key=lambda o: o.complete.line):
+        value = _value(op)
+        group, generation = _str(value, "group", op), _int(value, "generation", op)
+        if generation not in seen.setdefault(group, set()):
+            seen[group].add(generation)
+            out.setdefault(group, []).append((generation, op))
+    return out
+
+
+def rebalance_causes(history: History) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """Per group, the times of membership changes (the workload's, consumer faults and their ends), and the
+    allowance (session plus rebalance timeout, plus a margin) the workload declared for it."""
+    causes: dict[str, list[float]] = {}
+    allowance: dict[str, float] = {}
+    for op in history.operations:
+        if op.process != "workload":
+            continue
+        group = op.invoke.value.get("group")
+        if isinstance(group, str):
+            causes.setdefault(group, []).append(op.invoke.time)
+            session, rebalance = op.invoke.value.get("session_timeout_ms"), op.invoke.value.get("rebalance_timeout_ms")
+            if isinstance(session, int) and isinstance(rebalance, int):
+                allowance[group] = (session + rebalance) / 1000.0 + 5.0
+    for ev in history.faults:
+        fault = ev.f if ev.f != "heal" else ev.value.get("fault")
+        group = ev.value.get("group")
+        if fault in CONSUMER_FAULTS and isinstance(group, str):
+            causes.setdefault(group, []).append(ev.time)
+    return causes, allowance
+
+
+def rebalance_on_failover(history: History, violation) -> None:
+    causes, allowance = rebalance_causes(history)
+    for group, gens in rebalances(history).items():
+        window = allowance.get(group, DEFAULT_ALLOWANCE_S)
+        for generation, op in gens[1:]:  # the first generation seen is where the history starts
+            seen = op.complete.time
+            if not any(seen - window <= t <= seen + SLACK_S for t in causes.get(group, [])):
+                faults = [f"{ev.f} at {ev.time:.3f} s" for ev in history.faults if seen - window <= ev.time <= seen]
+                violation("rebalance-on-failover", (group, "", -1),
+                          f"group {group!r} reached generation {generation} ({op.describe()}) with no membership "
+                          f"change in the {window:g} s before it; faults then: {', '.join(faults) or 'none'}", [op])
+
+
+def audit(history: History, violation) -> None:
+    replicas: dict[int, list[tuple[str, list, Operation]]] = {}
+    for op in history.operations:
+        if op.type != "ok" or op.f not in ("digest", "replica-log"):
+            continue
+        value = _value(op)
+        partition = _int(value, "partition", op)
+        if op.f == "digest":
+            if value.get("live") != value.get("replay"):
+                violation("replay-differs-from-live", ("", "__consumer_offsets", partition),
+                          f"partition {partition}: the leader's live state digest {value.get('live')} differs from "
+                          f"its log's replay {value.get('replay')} ({op.describe()})", [op])
+            continue
+        runs = value.get("runs")
+        if not isinstance(runs, list) or not all(isinstance(r, list) and len(r) == 4 for r in runs):
+            raise HistoryError(f"line {op.invoke.line}: a replica-log needs runs [[epoch, first, next, digest], ...]")
+        node = _str(value, "node", op)
+        epochs = [r[0] for r in runs]
+        if any(a >= b for a, b in zip(epochs, epochs[1:], strict=False)):
+            violation("single-writer-per-epoch", ("", "__consumer_offsets", partition),
+                      f"partition {partition}: replica {node}'s batches go back to an older leader epoch "
+                      f"(epochs in log order: {epochs}) ({op.describe()})", [op])
+        replicas.setdefault(partition, []).append((node, runs, op))
+    for partition, found in replicas.items():
+        first: dict[int, tuple[str, list, Operation]] = {}
+        for node, runs, op in found:
+            for run in runs:
+                other = first.setdefault(run[0], (node, run, op))
+                if other[0] != node and other[1] != run:
+                    violation("single-writer-per-epoch", ("", "__consumer_offsets", partition),
+                              f"partition {partition} epoch {run[0]}: replica {other[0]} holds batches {other[1][1:3]} "
+                              f"(digest {other[1][3][:12]}) and replica {node} holds {run[1:3]} (digest "
+                              f"{run[3][:12]})", [other[2], op])

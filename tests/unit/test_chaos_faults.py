@@ -1,0 +1,40 @@
+"""The chaos run's fault catalogue and seeded schedule (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from raygroups.chaos.faults import CATALOGUE, faults_for, parse_faults, schedule
+
+
+def test_a_seed_gives_the_same_schedule_and_another_seed_another():
+    faults = faults_for(replicated=True)
+    a = schedule(7, 600, 12, faults, groups=3)
+    assert a == schedule(7, 600, 12, faults, groups=3)
+    assert a != schedule(8, 600, 12, faults, groups=3)
+    assert 80 <= len(a) <= 160  # 12 per minute for 10 minutes, Poisson
+    assert all(0 < x.at < 600 for x in a) and [x.at for x in a] == sorted(x.at for x in a)
+    assert {x.name for x in a} == set(faults)  # every fault of the catalogue comes up in a long enough run
+    assert all(0 <= x.group < 3 for x in a)
+    pauses = [x.duration for x in a if x.name == "leader-pause"]
+    assert pauses and all(4.0 <= d <= 7.0 for d in pauses)
+
+
+def test_a_subset_and_the_single_node_catalogue():
+    assert {x.name for x in schedule(1, 300, 30, ["shard-kill", "consumer-kill"], 2)} == {"shard-kill", "consumer-kill"}
+    single = faults_for(replicated=False)
+    assert "node-kill" not in single and "shard-kill" in single and "leader-pause" in single
+    assert set(faults_for(replicated=True)) == set(CATALOGUE)
+    assert schedule(1, 60, 12, [], 3) == []
+
+
+def test_parse_faults():
+    assert parse_faults(None, True) == list(CATALOGUE)
+    assert parse_faults("all", False) == faults_for(False)
+    assert parse_faults("node-kill, shard-kill,node-kill", True) == ["shard-kill", "node-kill"]
+    with pytest.raises(ValueError, match="unknown fault 'disk-melt'"):
+        parse_faults("shard-kill,disk-melt", True)
+    with pytest.raises(ValueError, match="needs a replicated deployment"):
+        parse_faults("node-kill", False)
+    with pytest.raises(ValueError, match="names no fault"):
+        parse_faults(" , ", True)
