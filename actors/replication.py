@@ -107,9 +107,8 @@ class LeaderReplication:
             if any(r.get("reason") == "fenced" for r in results):
                 await truncate_local(batch.base_offset)
                 raise Deposed(f"a follower is fenced above epoch {self.epoch}")
-            for node in failed:
-                await self._shrink(node)
-            if 1 + len(self.isr) < self.min_isr:
+            unshrunk = [node for node in failed if not await self._try_shrink(node)]
+            if unshrunk or 1 + len(self.isr) < self.min_isr:
                 await truncate_local(batch.base_offset)
                 for node in followers:
                     if node not in failed:
@@ -151,6 +150,19 @@ class LeaderReplication:
 
         nodes = self.followers
         return dict(zip(nodes, await asyncio.gather(*(one(n) for n in nodes)), strict=True))
+
+    async def _try_shrink(self, node: str) -> bool:
+        """``_shrink``, but a controller that cannot persist the change now (or cannot be reached) is not the
+        leader's failure: False, and the batch that follower missed is not acknowledged (as Kafka's leader
+        keeps a follower in the ISR until its AlterPartition succeeds)."""
+        try:
+            await self._shrink(node)
+            return True
+        except Deposed:
+            raise
+        except (RuntimeError, ray.exceptions.RayError) as e:
+            log.warning("partition %d: could not drop %s from the ISR now: %s", self.partition, node, e)
+            return False
 
     async def _shrink(self, node: str) -> None:
         ok = await self._controller.shrink_isr.remote(self.partition, self.epoch, node)

@@ -299,7 +299,7 @@ class Controller:
             self._pe_floor[p] = a.partition_epoch
             targets = (set(a.replicas) | set(c.previous.replicas if c.previous else ())) & alive
             required = ({a.leader} | set(a.isr)) & alive - {None}
-            persisted, stale = await self._persist(p, a, sorted(targets))
+            persisted, stale = await self._persist(p, a, sorted(targets), required)
             missing = required - persisted
             if not missing:
                 break
@@ -319,10 +319,13 @@ class Controller:
         self._save()
         return True
 
-    async def _persist(self, partition: int, a: PartitionAssignment,
-                       nodes: list[str]) -> tuple[set[str], dict[str, int]]:
+    async def _persist(self, partition: int, a: PartitionAssignment, nodes: list[str],
+                       required: set[str] | None = None) -> tuple[set[str], dict[str, int]]:
         """Push ``a`` to the LogServers of ``nodes``: the nodes that persisted it, and those that refused it as
-        stale with the partition epoch they hold."""
+        stale with the partition epoch they hold. With ``required``, wait only for those nodes' answers (and
+        take whatever the others answered by then): a dead node that Ray has not declared dead yet must not
+        hold every partition's ISR change for the persist timeout, under the lock that serializes them
+        (Kafka's controller, likewise, does not wait for the replicas an ISR change leaves out)."""
         state = assignment_to_dict(a)
 
         async def one(node: str) -> dict:
@@ -333,7 +336,11 @@ class Controller:
                 log.info("partition %d: could not persist its state on %s: %s", partition, node, e)
                 return {"ok": False}
 
-        results = dict(zip(nodes, await asyncio.gather(*(one(n) for n in nodes)), strict=True))
+        tasks = {n: asyncio.ensure_future(one(n)) for n in nodes}
+        wait_for = [t for n, t in tasks.items() if required is None or n in required] or list(tasks.values())
+        if wait_for:
+            await asyncio.wait(wait_for)
+        results = {n: t.result() for n, t in tasks.items() if t.done()}
         stale = {n: r["partition_epoch"] for n, r in results.items() if r.get("reason") == "stale"}
         return {n for n, r in results.items() if r.get("ok")}, stale
 
@@ -465,8 +472,8 @@ class Controller:
         return None if a is None else assignment_to_dict(a)
 
     async def nodes(self) -> dict[str, dict]:
-        """Every coordinator node this deployment knows, by name: alive or not, its Ray node id, and why
-        it is refused if it is."""
+        """Every coordinator node this deployment knows, by name: alive or not, its Ray node id, the
+        incarnation (Ray node id) the decisions have taken in, and why it is refused if it is."""
         await self._ensure_running()
         obs = self._obs
         names = set(self._meta.incarnations) | {n for a in self._meta.partitions.values() for n in a.replicas}
@@ -474,6 +481,7 @@ class Controller:
         for name in sorted(names | (set(obs.nodes) if obs else set())):
             o = obs.nodes.get(name) if obs else None
             out[name] = {"alive": bool(o and o.alive), "node_id": o.node_id if o else None,
+                         "incarnation": self._meta.incarnations.get(name),
                          "labelled": o.labelled if o else True, "refused": self._meta.refused.get(name)}
         return out
 

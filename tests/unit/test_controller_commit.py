@@ -166,3 +166,35 @@ def test_a_shard_replaced_while_asking_for_its_epoch_gets_none(tmp_path):
     actors.shards = {0: "actor-2"}
     granted = asyncio.run(controller.leader_started(0, "A", "A#1", "actor-2"))
     assert granted["leader_epoch"] == 1 and all(on_disk(tmp_path, n)[1] == 1 for n in NODES)
+
+
+def test_an_isr_change_does_not_wait_for_the_replica_it_leaves_out(tmp_path, monkeypatch):
+    """A dead node that Ray has not declared dead yet answers nothing: the commit that drops it from the ISR
+    completes once the leader and the remaining in-sync replicas hold it, while that node's call hangs."""
+    import raygroups.placement.controller as controller_module
+
+    monkeypatch.setattr(controller_module, "PERSIST_TIMEOUT_S", 3600.0)  # only the hang's end releases it
+    actors, controller = setup(tmp_path)
+    a = created(controller, actors)
+    released = []
+
+    async def scenario():
+        hang = asyncio.Event()
+        server = actors.servers["C"]
+        real = server.update_partition
+
+        async def never_answers(partition, state):
+            await hang.wait()
+            released.append(state["partition_epoch"])
+            return await real(partition, state)
+
+        server.update_partition = never_answers
+        shrunk = PartitionAssignment(NODES, "A", a.leader_epoch, ("A", "B"), a.partition_epoch + 1)
+        assert await asyncio.wait_for(controller._commit(Commit(0, shrunk, a, "C lagging")), 60)
+        assert controller._meta.partitions[0].isr == ("A", "B") and released == []
+        hang.set()  # the node answers late: it takes the state then
+        await asyncio.sleep(0.05)
+        assert released == [controller._meta.partitions[0].partition_epoch]
+
+    asyncio.run(scenario())
+    assert on_disk(tmp_path, "C")[0]["isr"] == ["A", "B"]

@@ -200,3 +200,35 @@ def test_leadership_lease_expires_without_confirmation(tmp_path):
         assert rep.lease_valid()
 
     asyncio.run(scenario())
+
+
+def test_a_follower_the_controller_cannot_drop_now_leaves_the_batch_unacknowledged_without_deposing(tmp_path):
+    """Kafka's leader keeps a follower in the ISR until its AlterPartition succeeds: a batch that follower
+    missed is not acknowledged (refused with NOT_ENOUGH_REPLICAS, truncated, under a fresh epoch), and the
+    leader does not step down for it; once the controller takes the change, writes go on without it."""
+    async def scenario():
+        leader_log, follower, rep = setup(tmp_path)
+        rep.min_isr = 1
+        await rep.start()
+        first = rep.epoch
+        controller = rep._controller._obj
+
+        def gone(*args):
+            raise ValueError("the follower's actor is gone")
+
+        follower.append = gone
+        real_shrink = controller.shrink_isr
+
+        async def cannot_persist(*args):
+            raise RuntimeError("could not persist the state of partition 0 (F lagging); try again")
+
+        controller.shrink_isr = cannot_persist
+        write = (lambda b: run_io(leader_log.append, b, b.leader_epoch), lambda o: run_io(leader_log.truncate_to, o),
+                 lambda e: Batch(leader_log.log_end_offset, e, 0, (rec(1),)))
+        assert await rep.replicate(*write) is Errors.NOT_ENOUGH_REPLICAS
+        assert leader_log.log_end_offset == 0 and rep.epoch > first and "F" in rep.isr
+        controller.shrink_isr = real_shrink
+        assert await rep.replicate(*write) is Errors.NONE
+        assert leader_log.log_end_offset == 1 and "F" not in rep.isr
+
+    asyncio.run(scenario())
