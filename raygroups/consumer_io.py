@@ -130,6 +130,10 @@ class ConsumerIOMixin:
         try:
             future.result(timeout=max(0.0, deadline - time.monotonic()))
         except concurrent.futures.TimeoutError:
+            # The caller gives up: so does the client, which would otherwise go on retrying in the background
+            # and could apply an older commit after a newer one (as Kafka's commitSync stops retrying when
+            # its timer expires).
+            future.cancel()
             raise TimeoutError(f"{type(request).__name__} got no answer in time") from None
         except Exception:
             pass

@@ -388,3 +388,31 @@ def test_bad_calls_name_the_argument():
     with pytest.raises(TypeError, match="partitions"):
         c.committed((TOPIC, 0))
     c.close()
+
+
+def test_a_commit_that_times_out_is_cancelled_not_retried_in_the_background():
+    """A commit whose answer does not come in time raises TimeoutError and its request is cancelled: a
+    client retrying it in the background could apply this older offset after a newer commit (found by the
+    chaos benchmark as a lost acknowledged commit)."""
+    import concurrent.futures
+
+    env = Env()
+    c = env.consumer("c")
+    env.drive([c], settled([c]))
+    stuck: list[concurrent.futures.Future] = []
+
+    class NeverAnswers:
+        def __init__(self, client):
+            self._client = client
+
+        def __getattr__(self, name):
+            return getattr(self._client, name)
+
+        def commit_offsets(self, **kwargs):
+            stuck.append(concurrent.futures.Future())
+            return stuck[-1]
+
+    c._client = NeverAnswers(c._client)
+    with pytest.raises(TimeoutError):
+        c.commit({(TOPIC, 0): 5}, timeout_s=0.05)
+    assert stuck and all(f.cancelled() for f in stuck)
