@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from raygroups.actors import log_compaction
 from raygroups.offsets_log import Batch, LogError, LogFailedError, StaleEpochError, open_log
-from raygroups.offsets_log.batch import records_below
+from raygroups.offsets_log.batch import epoch_runs, records_below
 from raygroups.offsets_log.replica_state import (
     ReplicaStateError,
     partition_dir,
@@ -271,6 +271,15 @@ class LogServer:
         """Every record (key, value) of the replica below ``up_to_offset`` (tests compare replicas)."""
         async with self._lock(partition):
             return await self._run(lambda: records_below(self._log(partition), up_to_offset))
+
+    async def audit(self, partition: int, up_to_offset: int | None = None) -> dict:
+        """This replica's batches per leader epoch below ``up_to_offset`` and its log end (a chaos run's audit)."""
+        async with self._lock(partition):
+            def work():
+                log = self._log(partition)
+                return {"node": self.node, "log_end_offset": log.log_end_offset,
+                        "runs": epoch_runs(log, up_to_offset)}
+            return await self._run(work)
 
     async def compaction_swap(self, partition: int, store_uri: str, staged: str, leader_epoch: int, outputs: list,
                               accepted: dict) -> dict:

@@ -36,8 +36,10 @@ from raygroups.coordinator.config import CoordinatorConfig
 from raygroups.coordinator.errors import Errors, map_append_error
 from raygroups.coordinator.messages import OffsetCommitRequest, OffsetCommitResponse
 from raygroups.coordinator.runtime import CoordinatorRuntime, PartitionState
+from raygroups.coordinator.state import DurableState
 from raygroups.offsets_log import LogLockedError, open_log, replay
-from raygroups.offsets_log.batch import records_below
+from raygroups.offsets_log.batch import epoch_runs, records_below
+from raygroups.offsets_log.loader import state_digest
 
 log = logging.getLogger(__name__)
 LOCK_WAIT_S = 30.0
@@ -214,6 +216,20 @@ class CoordinatorShard:
         """The leader's records below ``up_to_offset`` (tests compare them with the followers')."""
         return await self._run_io(records_below, self._ctx.log, up_to_offset)
 
+    async def audit(self, up_to_offset: int | None = None) -> dict:
+        """What a chaos run's checker compares once the workload stopped: the digest of the live state and
+        of a fresh replay of this leader's log (equal unless an applied record was not logged, or a logged
+        one not applied), and the log's batches per leader epoch below ``up_to_offset``."""
+        await self._serving("audit")
+        for _ in range(5):
+            async with self._writer.between_appends():
+                live = state_digest(self._ctx.shard.state)
+                replayed, runs = await self._run_io(_replay_and_runs, self._ctx.log, up_to_offset)
+                if live == state_digest(self._ctx.shard.state):  # nothing was applied meanwhile
+                    break
+        return {"partition": self.partition, "node": self._node, "leader_epoch": self._ctx.epoch, "live": live,
+                "replay": replayed, "log_end_offset": self._ctx.log.log_end_offset, "runs": runs}
+
     # ------------------------------------------------------------------------------------------
     # The API
     # ------------------------------------------------------------------------------------------
@@ -348,3 +364,9 @@ class CoordinatorShard:
         if ctx is not None and ctx.log is not None:
             plog, ctx.log = ctx.log, None
             await asyncio.get_running_loop().run_in_executor(self._io, plog.close)
+
+
+def _replay_and_runs(plog, up_to_offset: int | None) -> tuple[str, list]:
+    state = DurableState()
+    replay(plog, state)
+    return state_digest(state), epoch_runs(plog, up_to_offset)

@@ -8,6 +8,7 @@ exactly the same offsets as the original and may hold batches with no records at
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -89,3 +90,25 @@ def records_below(log, up_to_offset: int | None = None) -> list[Record]:
         for offset, rec in zip(batch.record_offsets(), batch.records, strict=True)
         if up_to_offset is None or offset < up_to_offset
     ]
+
+
+def epoch_runs(log, up_to_offset: int | None = None) -> list[list]:
+    """The log's batches below ``up_to_offset`` grouped by leader epoch, in log order: ``[epoch, first offset,
+    next offset, SHA-256 of the batches]`` per run. Two replicas written by one leader per epoch have equal
+    runs over their common prefix; a chaos run's audit compares them."""
+    runs: list[list] = []
+    digest = None
+    for batch in log.batches(0):
+        if up_to_offset is not None and batch.last_offset >= up_to_offset:
+            break
+        if not runs or runs[-1][0] != batch.leader_epoch:
+            if digest is not None:
+                runs[-1][3] = digest.hexdigest()
+            digest = hashlib.sha256()
+            runs.append([batch.leader_epoch, batch.base_offset, batch.next_offset, ""])
+        runs[-1][2] = batch.next_offset
+        digest.update(repr((batch.base_offset, batch.timestamp_ms, batch.records, batch.offset_deltas,
+                            batch.last_offset_delta)).encode())
+    if digest is not None:
+        runs[-1][3] = digest.hexdigest()
+    return runs

@@ -1,18 +1,97 @@
-"""``raygroups chaos``: the failover chaos benchmark's commands (``check`` for now)."""
+"""``raygroups chaos``: the failover chaos benchmark (``run``) and its offline checker (``check``)."""
 
 from __future__ import annotations
 
 import json
+import logging
+import os
 import sys
 
 import click
 
-from raygroups.cli import _fail, main
+from raygroups.cli import _ERRORS, _fail, main
+from raygroups.cluster import DEFAULT_NAMESPACE
 
 
 @main.group()
 def chaos() -> None:
-    """The failover chaos benchmark: check a history."""
+    """The failover chaos benchmark: run it, or check a history."""
+
+
+def _positive(name: str, value: float, limit: float) -> None:
+    if not 0 < value <= limit:
+        raise click.BadParameter(f"must be > 0 and <= {limit:g}, got {value:g}", param_hint=name)
+
+
+@chaos.command()
+@click.option("--seconds", type=float, default=60.0, show_default=True, help="How long faults are injected.")
+@click.option("--seed", type=int, default=1, show_default=True, help="Seeds the fault schedule (reproducible).")
+@click.option("--faults", default="all", show_default=True,
+              help="Comma-separated subset of the catalogue (see --list-faults).")
+@click.option("--rate", type=float, default=12.0, show_default=True, help="Faults per minute (Poisson arrivals).")
+@click.option("--groups", type=int, default=3, show_default=True, help="Consumer groups.")
+@click.option("--consumers", type=int, default=3, show_default=True, help="Consumer actors per group.")
+@click.option("--nodes", type=int, default=3, show_default=True,
+              help="Simulated coordinator nodes of the embedded default (1: a single-node Ray).")
+@click.option("--address", default=None, help="Run against the deployment of this Ray cluster instead.")
+@click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True)
+@click.option("--out", "out", default="chaos-out", show_default=True, type=click.Path(file_okay=False),
+              help="Directory for history.jsonl, report.json, timeline.png.")
+@click.option("--list-faults", is_flag=True, help="Print the fault catalogue and exit.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON at the end instead of a summary.")
+def run(seconds: float, seed: int, faults: str, rate: float, groups: int, consumers: int, nodes: int,
+        address: str | None, namespace: str, out: str, list_faults: bool, as_json: bool) -> None:
+    """Run the failover chaos benchmark: a workload of consumer groups under a seeded fault schedule, then
+    the checker's verdict (exit 0 valid, 1 violated or failed) and the report's paths."""
+    from raygroups.chaos.faults import CATALOGUE, parse_faults
+
+    if list_faults:
+        for name, (what, replicated, _) in CATALOGUE.items():
+            click.echo(f"{name:16} {what}{' (replicated)' if replicated else ''}")
+        return
+    _positive("--seconds", seconds, 7 * 24 * 3600)
+    _positive("--rate", rate, 600)
+    if not 1 <= groups <= 50:
+        raise click.BadParameter(f"must be 1..50, got {groups}", param_hint="--groups")
+    if not 1 <= consumers <= 20:
+        raise click.BadParameter(f"must be 1..20, got {consumers}", param_hint="--consumers")
+    if not 1 <= nodes <= 9:
+        raise click.BadParameter(f"must be 1..9, got {nodes}", param_hint="--nodes")
+    # A deployment reached by address is not simulated here: only the faults that need no node control.
+    try:
+        chosen = parse_faults(faults, replicated=address is None and nodes > 1)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--faults") from None
+    from raygroups.chaos.run import RunOptions
+
+    options = RunOptions(seconds=seconds, seed=seed, rate=rate, groups=groups, consumers=consumers, nodes=nodes,
+                         out=out, address=address, namespace=namespace)
+    sys.exit(run_benchmark(options, chosen, as_json))
+
+
+def run_benchmark(options, faults: list[str], as_json: bool = False, restore_output: bool = False) -> int:
+    """Run the benchmark with its live view (on a terminal) and summary; 0 when the history is valid.
+    Ray's own output goes to ``<out>/ray-output.log``; ``restore_output=False`` keeps it there until the
+    process exits (Ray's exit handlers print too)."""
+    from raygroups.chaos.live import LiveView
+    from raygroups.chaos.run import quiet_output
+    from raygroups.chaos.run import run as run_chaos
+
+    os.makedirs(options.out, exist_ok=True)
+    logging.getLogger("ray").setLevel(logging.ERROR)
+    with quiet_output(os.path.join(options.out, "ray-output.log"), restore=restore_output) as terminal:
+        view = LiveView(terminal, enabled=not as_json and terminal.isatty())
+        try:
+            result = run_chaos(options, faults, view)
+        except _ERRORS as e:
+            view.close()
+            terminal.write(f"error: {e}\n")
+            return 1
+        if as_json:
+            terminal.write(json.dumps(result.report, sort_keys=True) + "\n")
+        else:
+            view.summary(result)
+    return 0 if result.ok else 1
 
 
 @chaos.command()

@@ -281,6 +281,12 @@ class Consumer(ConsumerIOMixin):
                     self._last_committed[tp] = committed
             return offset
 
+    def group_assignment(self) -> tuple[int, str, frozenset[TopicPartition]]:
+        """``(generation, member id, assignment)`` read together (the heartbeat thread may reset the first
+        two between separate reads)."""
+        with self._lock:
+            return self._member.generation_id, self._member.member_id, self._member.assignment
+
     @property
     def member_id(self) -> str:
         with self._lock:

@@ -14,13 +14,14 @@ from dataclasses import dataclass, field
 # name -> (what it does, needs a replicated deployment, weight in the mix)
 CATALOGUE: dict[str, tuple[str, bool, int]] = {
     "shard-kill": ("SIGKILL the process of the shard leading a group's partition", False, 4),
-    "shard-stop": ("SIGTERM (a clean stop of) the process of the shard leading a group's partition", False, 2),
+    "shard-stop": ("SIGTERM (a clean stop of) the process of the shard leading a group's partition; another "
+                   "replica takes over", True, 2),
     "leader-flap": ("kill whoever leads a group's partition three times, each once a new leader serves", False, 2),
     "leader-pause": ("SIGSTOP the leader shard's process for longer than a failover, then SIGCONT: the "
                      "zombie must neither answer nor write", False, 2),
-    "consumer-kill": ("kill a consumer actor without a goodbye (a new consumer process replaces it)", False, 2),
-    "consumer-pause": ("SIGSTOP a consumer's process beyond its session timeout, then SIGCONT", False, 1),
-    "node-kill": ("kill the node leading a group's partition (its raylet dies), restart it later", True, 3),
+    "consumer-kill": ("kill a consumer actor without a goodbye (a new consumer process replaces it)", False, 3),
+    "consumer-pause": ("SIGSTOP a consumer's process beyond its session timeout, then SIGCONT", False, 2),
+    "node-kill": ("kill the node leading a group's partition (its raylet dies), restart it later", True, 2),
     "node-stop": ("stop the node leading a group's partition gracefully, restart it later", True, 1),
     "node-restart": ("restart the node leading a group's partition under its own name at once", True, 1),
     "follower-loss": ("kill a node following a group's partition, restart it later", True, 2),
@@ -66,7 +67,7 @@ class PlannedFault:
 
 
 def schedule(seed: int, seconds: float, rate_per_min: float, faults: list[str], groups: int,
-             pause_s: tuple[float, float] = (4.0, 7.0), down_s: tuple[float, float] = (1.0, 5.0)) -> list[PlannedFault]:
+             pause_s: tuple[float, float] = (4.0, 7.0), down_s: tuple[float, float] = (1.0, 3.0)) -> list[PlannedFault]:
     """The faults of a run, in start order. ``pause_s`` bounds SIGSTOP times (longer than a failover),
     ``down_s`` how long a killed node stays down."""
     if not faults:

@@ -138,13 +138,27 @@ def rebalance_causes(history: History) -> tuple[dict[str, list[float]], dict[str
     return causes, allowance
 
 
+def _refusals(history: History) -> dict[str, list[float]]:
+    """Per group, when its commits were refused for their generation (``fail``): the group was rebalancing."""
+    out: dict[str, list[float]] = {}
+    for op in history.operations:
+        if op.f == "commit" and op.type == "fail" and isinstance(op.invoke.value.get("group"), str):
+            out.setdefault(op.invoke.value["group"], []).append(op.complete.time)
+    return {g: sorted(ts) for g, ts in out.items()}
+
+
 def rebalance_on_failover(history: History, violation) -> None:
+    """A rebalance counts from when the group was first seen rebalancing (a commit refused for its
+    generation after the previous generation was acknowledged) to its new generation: a rebalance that a
+    consumer's loss started may finish late when coordinator failovers interrupt it."""
     causes, allowance = rebalance_causes(history)
+    refused = _refusals(history)
     for group, gens in rebalances(history).items():
         window = allowance.get(group, DEFAULT_ALLOWANCE_S)
-        for generation, op in gens[1:]:  # the first generation seen is where the history starts
+        for (_, previous), (generation, op) in zip(gens, gens[1:], strict=False):
             seen = op.complete.time
-            if not any(seen - window <= t <= seen + SLACK_S for t in causes.get(group, [])):
+            began = min([t for t in refused.get(group, []) if previous.complete.time <= t <= seen] or [seen])
+            if not any(began - window <= t <= seen + SLACK_S for t in causes.get(group, [])):
                 faults = [f"{ev.f} at {ev.time:.3f} s" for ev in history.faults if seen - window <= ev.time <= seen]
                 violation("rebalance-on-failover", (group, "", -1),
                           f"group {group!r} reached generation {generation} ({op.describe()}) with no membership "

@@ -1,0 +1,371 @@
+"""The nemesis: injects a chaos run's planned faults into a live deployment, one after another.
+
+Each injection is a nemesis ``info`` event in the history (``f`` the fault's name, ``value`` its target);
+the end of a fault that lasts (a pause, a node down) is a ``heal`` event. For every injection that takes a
+coordinator partition away from its leader, the nemesis keeps a ``Disruption``: when it happened, which
+partitions it hit, and what the controller and the new leader shard said about the failover (detection,
+election and load times), from which the report derives failover times.
+
+Process signals (SIGKILL, SIGTERM, SIGSTOP, SIGCONT) go to processes on this host only: the embedded
+default and simulated clusters run here; on a real deployment a shard on another host is killed through
+Ray instead, and pauses of remote processes are skipped.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import glob
+import os
+import random
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+
+from raygroups.actors.shard_actor import partition_dir
+from raygroups.chaos.faults import PlannedFault
+from raygroups.chaos.workload import EventLog
+from raygroups.offsets_log.log import LOCK_FILE
+from raygroups.ray_seam import NODE_LABEL, Directory
+
+SETTLE_TIMEOUT_S = 90.0
+SERVE_TIMEOUT_S = 45.0
+
+
+class FaultSkipped(Exception):
+    """The fault has no target right now (e.g. no follower is up); nothing was done."""
+
+
+@dataclass
+class Disruption:
+    fault: str
+    time: float  # run time of the kill or pause
+    partitions: list[int]
+    breakdown: dict[int, dict] = field(default_factory=dict)  # partition -> detection/election/load seconds
+    old: dict[int, dict] = field(default_factory=dict, repr=False)  # the shards' status before it
+
+
+class Nemesis:
+    def __init__(self, cluster: Any, workload: Any, events: EventLog, session_timeout_s: float) -> None:
+        self.cluster = cluster
+        self.workload = workload
+        self.events = events
+        self.t0 = events.t0
+        self.session_timeout_s = session_timeout_s
+        self.disruptions: list[Disruption] = []
+        self.injected = 0
+        self.skipped: dict[str, int] = {}
+        self.errors: list[dict] = []
+        self._lock = threading.Lock()
+        self.controller_events: Any = None  # the run's ControllerEvents
+        self._local_ip = ray.util.get_node_ip_address()
+
+    # ------------------------------------------------------------------------------------------
+    def inject(self, fault: PlannedFault, groups: list[str]) -> None:
+        group = groups[fault.group]
+        partition = self.workload.partition_of(group)
+        try:
+            getattr(self, "_" + fault.name.replace("-", "_"))(fault, group, partition)
+        except FaultSkipped as e:
+            with self._lock:
+                self.skipped[f"{fault.name}: {e}"] = self.skipped.get(f"{fault.name}: {e}", 0) + 1
+
+    def settle(self, timeout_s: float = SETTLE_TIMEOUT_S) -> bool:
+        """Wait until every coordinator node is up and every partition is led by an ACTIVE shard with a full
+        ISR (so that faults never pile up into a loss of quorum the run did not ask for)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                statuses = self.cluster.shard_status(timeout_s=3)
+                if all(s["state"] == "ACTIVE" for s in statuses):
+                    if not self.cluster.replicated:
+                        return True
+                    rf = self.cluster.config.offsets_topic_replication_factor
+                    states = [self.cluster.partition_state(p) for p in range(self.cluster.num_partitions)]
+                    if self._controller_caught_up() and all(s["leader"] and len(s["isr"]) >= rf for s in states):
+                        return True
+            except (ray.exceptions.RayError, TimeoutError, ValueError):
+                pass
+            time.sleep(0.3)
+        return False
+
+    def _controller_caught_up(self) -> bool:
+        """The controller knows every coordinator node's current incarnation (just after a restart its ISRs
+        may still count the previous one)."""
+        live = {(n.get("Labels") or {}).get(NODE_LABEL): n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+        known = self.cluster.nodes()
+        return bool(known) and all(info["alive"] and live.get(name) == info["node_id"] == info["incarnation"]
+                                   for name, info in known.items() if not info["refused"])
+
+    def unsettled(self) -> dict:
+        """What the deployment looks like when it did not settle (for the report)."""
+        out: dict = {}
+        try:
+            out["shards"] = {s["partition"]: s["state"] for s in self.cluster.shard_status(timeout_s=3)}
+            if self.cluster.replicated:
+                out["nodes"] = self.cluster.coordinator_nodes()
+                out["partitions"] = {p: self.cluster.partition_state(p) for p in range(self.cluster.num_partitions)}
+                out["controller_events"] = self.cluster.controller_events()[-15:]
+        except (ray.exceptions.RayError, TimeoutError, ValueError) as e:
+            out["error"] = f"{type(e).__name__}: {e}"
+        return out
+
+    # --- what the faults need ------------------------------------------------------------------------
+    def _now(self) -> float:
+        return time.time() - self.t0
+
+    def _record(self, name: str, target: dict) -> float:
+        with self._lock:  # two lanes inject at once
+            self.injected += 1
+        t = self._now()
+        self.events.add("info", name, target)
+        return t
+
+    def _heal(self, name: str, target: dict) -> None:
+        self.events.add("info", "heal", {"fault": name, **target})
+
+    def _status(self, partition: int) -> dict:
+        status = self.cluster.shard_status(timeout_s=5)[partition]
+        if status["state"] != "ACTIVE" or not status.get("pid"):
+            raise FaultSkipped(f"partition {partition} has no active leader shard")
+        return status
+
+    def _is_local(self, status: dict) -> bool:
+        node_id = status.get("ray_node_id")
+        ips = {n["NodeID"]: n.get("NodeManagerAddress") for n in ray.nodes()}
+        return node_id is None or ips.get(node_id) == self._local_ip
+
+    def _signal_shard(self, partition: int, sig: int, name: str) -> tuple[dict, float]:
+        status = self._status(partition)
+        target = {"partition": partition, "pid": status["pid"], "node": status.get("node"),
+                  "leader_epoch": status.get("leader_epoch")}
+        if self._is_local(status):
+            t = self._record(name, target)
+            os.kill(status["pid"], sig)
+        elif sig in (signal.SIGKILL, signal.SIGTERM):
+            t = self._record(name, target)
+            ray.kill(self.cluster.shard(partition), no_restart=False)
+        else:
+            raise FaultSkipped("the shard runs on another host")
+        return status, t
+
+    def _partitions_led_by(self, node: str) -> list[int]:
+        return [p for p, leader in self.cluster.partition_leaders().items() if leader == node]
+
+    def _disrupted(self, fault: str, t: float, partitions: list[int], old: dict[int, dict]) -> None:
+        self._served(Disruption(fault, t, sorted(partitions), old=old))
+
+    def _wait_served(self, d: Disruption, old: dict[int, dict]) -> None:
+        """Wait (bounded) until each disrupted partition is served by a new shard incarnation, then note what
+        the controller and the shard say about the failover."""
+        deadline = time.monotonic() + SERVE_TIMEOUT_S
+        pending = set(d.partitions)
+        while pending and time.monotonic() < deadline:
+            statuses = self.cluster.shard_status(timeout_s=2)
+            for p in list(pending):
+                s = statuses[p]
+                before = old.get(p, {})
+                if s["state"] == "ACTIVE" and (s.get("pid"), s.get("leader_epoch")) != \
+                        (before.get("pid"), before.get("leader_epoch")):
+                    d.breakdown[p] = {"load_s": s.get("load_seconds"), "new_epoch": s.get("leader_epoch")}
+                    pending.discard(p)
+            if pending:
+                time.sleep(0.1)
+        if self.cluster.replicated:
+            self._controller_times(d)
+
+    def _controller_times(self, d: Disruption) -> None:
+        try:
+            events = self.cluster.controller_events()
+        except (ray.exceptions.RayError, TimeoutError):
+            return
+        for p, b in d.breakdown.items():
+            after = [e for e in events if e["t"] - self.t0 >= d.time - 0.05]
+            detected = next((e["t"] - self.t0 for e in after if e["event"] in ("node-dead", "isr-shrink")
+                             or (e.get("partition") == p and e["event"] in ("failover", "shard-restart",
+                                                                           "shard-stopped"))), None)
+            # Election ends when the new leader's shard is started (its load follows).
+            elected = next((e["t"] - self.t0 for e in after if e.get("partition") == p
+                            and e["event"] == "shard-started"), None)
+            if detected is not None:
+                b["detection_s"] = round(detected - d.time, 3)
+                if elected is not None:
+                    b["election_s"] = round(max(0.0, elected - detected), 3)
+
+    # --- shard faults ------------------------------------------------------------------------------
+    def _shard_kill(self, fault: PlannedFault, group: str, partition: int, name: str = "shard-kill") -> None:
+        status, t = self._signal_shard(partition, signal.SIGKILL, name)
+        self._disrupted(name, t, [partition], {partition: status})
+
+    def _shard_stop(self, fault: PlannedFault, group: str, partition: int) -> None:
+        status, t = self._signal_shard(partition, signal.SIGTERM, "shard-stop")
+        self._disrupted("shard-stop", t, [partition], {partition: status})
+
+    def _leader_flap(self, fault: PlannedFault, group: str, partition: int) -> None:
+        for _ in range(3):
+            self._shard_kill(fault, group, partition, "leader-flap")
+
+    def _leader_pause(self, fault: PlannedFault, group: str, partition: int) -> None:
+        status, t = self._signal_shard(partition, signal.SIGSTOP, "leader-pause")
+        try:
+            time.sleep(fault.duration)
+        finally:
+            os.kill(status["pid"], signal.SIGCONT)
+            self._heal("leader-pause", {"partition": partition, "pid": status["pid"]})
+        if self.cluster.replicated:
+            self._disrupted("leader-pause", t, [partition], {partition: status})
+        else:  # no other replica: the same process serves again once it resumes
+            self.disruptions.append(Disruption("leader-pause", t, [partition]))
+
+    # --- consumer faults -------------------------------------------------------------------------------
+    def _consumer_kill(self, fault: PlannedFault, group: str, partition: int) -> None:
+        process = self.workload.kill_consumer(group, fault.pick, lambda target: self._record("consumer-kill", target))
+        if process is None:
+            raise FaultSkipped("no consumer to kill")
+
+    def _consumer_pause(self, fault: PlannedFault, group: str, partition: int) -> None:
+        process, pid = self.workload.consumer_pid(group, fault.pick)
+        if pid is None:
+            raise FaultSkipped("no consumer process to pause")
+        target = {"group": group, "consumer": process, "pid": pid}
+        self._record("consumer-pause", target)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            time.sleep(self.session_timeout_s + fault.duration)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+            self._heal("consumer-pause", target)
+
+    # --- node faults (simulated clusters) ------------------------------------------------------------
+    def _leader_node(self, partition: int) -> str:
+        leader = self.cluster.partition_state(partition)["leader"]
+        if leader is None or leader not in self.cluster.coordinator_nodes():
+            raise FaultSkipped(f"partition {partition} has no live leader node")
+        return leader
+
+    def _kill_node(self, name: str, fault: str, graceful: bool, extra: dict | None = None) -> Disruption:
+        """Kill a node; the returned disruption is waited on by ``_served`` (after whatever else the fault
+        does while the node is down)."""
+        led = self._partitions_led_by(name)
+        old = {s["partition"]: s for s in self.cluster.shard_status(timeout_s=3)}
+        t = self._record(fault, {"node": name, "leads": led, **(extra or {})})
+        self.cluster.kill_node(name, graceful=graceful)
+        d = Disruption(fault, t, sorted(led))
+        d.old = old
+        return d
+
+    def _served(self, d: Disruption) -> None:
+        self.disruptions.append(d)
+        self._wait_served(d, d.old)
+
+    def _restart(self, name: str, fault: str) -> None:
+        self.cluster.restart_node(name)
+        self._heal(fault, {"node": name})
+
+    def _node_down(self, fault: PlannedFault, node: str, graceful: bool, extra: dict | None = None) -> None:
+        self._served(self._kill_node(node, fault.name, graceful, extra))
+        time.sleep(fault.duration)
+        self._restart(node, fault.name)
+
+    def _node_kill(self, fault: PlannedFault, group: str, partition: int) -> None:
+        self._node_down(fault, self._leader_node(partition), graceful=False)
+
+    def _node_stop(self, fault: PlannedFault, group: str, partition: int) -> None:
+        self._node_down(fault, self._leader_node(partition), graceful=True)
+
+    def _node_restart(self, fault: PlannedFault, group: str, partition: int) -> None:
+        node = self._leader_node(partition)
+        d = self._kill_node(node, "node-restart", graceful=False)
+        self._restart(node, "node-restart")
+        self._served(d)
+
+    def _follower(self, fault: PlannedFault, partition: int) -> str:
+        state = self.cluster.partition_state(partition)
+        alive = set(self.cluster.coordinator_nodes())
+        followers = sorted(n for n in state["isr"] if n != state["leader"] and n in alive)
+        if not followers:
+            raise FaultSkipped(f"partition {partition} has no live follower in its ISR")
+        return followers[fault.pick % len(followers)]
+
+    def _follower_loss(self, fault: PlannedFault, group: str, partition: int) -> None:
+        self._node_down(fault, self._follower(fault, partition), graceful=False, extra={"partition": partition})
+
+    def _controller_kill(self, fault: PlannedFault, group: str, partition: int) -> None:
+        node = self._leader_node(partition)
+        d = self._kill_node(node, "controller-kill", graceful=False)
+        time.sleep(0.3)
+        ray.kill(Directory(self.cluster.namespace).controller(), no_restart=False)
+        self._served(d)
+        time.sleep(fault.duration)
+        self._restart(node, "controller-kill")
+
+    def _corrupt_follower(self, fault: PlannedFault, partition: int, how: str) -> None:
+        node = self._follower(fault, partition)
+        self._served(self._kill_node(node, fault.name, graceful=False, extra={"partition": partition}))
+        directory = partition_dir(os.path.join(self.cluster.data_dir, node), partition)
+        _wait_unlocked(directory)  # the node's processes die a moment after its raylet: not while they write
+        segments = sorted(glob.glob(os.path.join(directory, "*.log")))
+        rng = random.Random(fault.pick)
+        if segments and os.path.getsize(segments[-1]) > 0:
+            path, size = segments[-1], os.path.getsize(segments[-1])
+            if how == "torn-tail":
+                cut = rng.randint(1, min(size, 200))
+                os.truncate(path, size - cut)
+                self._heal(fault.name, {"node": node, "partition": partition, "file": os.path.basename(path),
+                                        "cut_bytes": cut, "step": "corrupted while down"})
+            else:
+                at = size - 1 - rng.randrange(min(size, 64))
+                with open(path, "r+b") as f:
+                    f.seek(at)
+                    byte = f.read(1)[0]
+                    f.seek(at)
+                    f.write(bytes([byte ^ (1 << rng.randrange(8))]))
+                self._heal(fault.name, {"node": node, "partition": partition, "file": os.path.basename(path),
+                                        "flipped_at": at, "step": "corrupted while down"})
+        time.sleep(fault.duration)
+        self._restart(node, fault.name)
+
+    def _torn_tail(self, fault: PlannedFault, group: str, partition: int) -> None:
+        self._corrupt_follower(fault, partition, "torn-tail")
+
+    def _bit_flip(self, fault: PlannedFault, group: str, partition: int) -> None:
+        self._corrupt_follower(fault, partition, "bit-flip")
+
+    def _full_restart(self, fault: PlannedFault, group: str, partition: int) -> None:
+        nodes = self.cluster.coordinator_nodes()
+        if not nodes:
+            raise FaultSkipped("no coordinator node is up")
+        old = {s["partition"]: s for s in self.cluster.shard_status(timeout_s=3)}
+        t = self._record("full-restart", {"nodes": nodes})
+        for node in nodes:
+            self.cluster.kill_node(node, graceful=False)
+        time.sleep(fault.duration)
+        for node in nodes:
+            self.cluster.restart_node(node)
+        self._heal("full-restart", {"nodes": nodes})
+        self._disrupted("full-restart", t, list(range(self.cluster.num_partitions)), old)
+
+
+def _wait_unlocked(directory: str, timeout_s: float = 30.0) -> None:
+    """Wait until no process holds the replica's log open (its writer's flock on ``.lock``)."""
+    path = os.path.join(directory, LOCK_FILE)
+    if not os.path.exists(path):
+        return
+    deadline = time.monotonic() + timeout_s
+    fd = os.open(path, os.O_RDWR)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                return
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the log in {directory} is still open {timeout_s:g} s after its node was "
+                                       f"killed") from None
+                time.sleep(0.05)
+    finally:
+        os.close(fd)

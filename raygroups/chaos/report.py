@@ -1,0 +1,228 @@
+"""A chaos run's report (``report.json``) and its picture (``timeline.png``), both derived from the history
+(and the nemesis's notes on each failover).
+
+Failover time is Kafka's user-visible one: from the kill (or pause) to the first successful commit on the
+partition invoked after it, broken down into detection (the controller's first reaction), election (to the
+new leader's start), load (the new shard's replay) and client rediscovery (the rest). A coordinator
+partition is unavailable from the invocation of a commit that timed out or took over a second until a
+commit invoked since then succeeds, whatever the cause (a follower's loss stalls writes too). Rebalances are the generations each group reached after its
+first. Records reprocessed are a lower bound: per resume, how far below the highest offset already
+committed-or-attempted on that partition the consumer resumed.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import Counter, defaultdict
+from typing import Any
+
+from raygroups.chaos.checker import CheckResult
+from raygroups.chaos.history import History
+from raygroups.chaos.membership_checks import rebalances
+from raygroups.coordinator.partitioning import partition_for
+
+FAILOVER_HORIZON_S = 120.0
+SLOW_S = 1.0  # a commit slower than this counts as its partition being unavailable
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))], 3)
+
+
+def _summary(values: list[float]) -> dict:
+    return {"count": len(values), "p50": _pct(values, 0.5), "p99": _pct(values, 0.99),
+            "max": round(max(values), 3) if values else None}
+
+
+def _commits(history: History) -> list:
+    return [op for op in history.operations if op.f == "commit"]
+
+
+def failovers(history: History, nemesis: Any, num_partitions: int) -> list[dict]:
+    ok_commits: dict[int, list] = defaultdict(list)
+    for op in _commits(history):
+        if op.type == "ok":
+            ok_commits[partition_for(op.invoke.value["group"], num_partitions)].append(op)
+    out = []
+    for d in nemesis.disruptions:
+        for p in d.partitions:
+            first = next((op for op in ok_commits.get(p, []) if op.invoke.time >= d.time), None)
+            total = None if first is None or first.complete.time - d.time > FAILOVER_HORIZON_S \
+                else round(first.complete.time - d.time, 3)
+            row = {"fault": d.fault, "time": round(d.time, 3), "partition": p, "total_s": total,
+                   "detection_s": None, "election_s": None, "load_s": None, "rediscovery_s": None}
+            b = d.breakdown.get(p, {})
+            row.update({k: b.get(k) for k in ("detection_s", "election_s")})
+            if b.get("load_s") is not None:
+                row["load_s"] = round(b["load_s"], 3)
+            known = [row[k] for k in ("detection_s", "election_s", "load_s") if row[k] is not None]
+            if total is not None and known:
+                row["rediscovery_s"] = round(max(0.0, total - sum(known)), 3)
+            out.append(row)
+    return out
+
+
+def unavailable_windows(history: History, num_partitions: int, slow_s: float = SLOW_S) -> dict[int, list]:
+    """Per coordinator partition, when it did not serve commits: from the invocation of a commit that
+    timed out or took longer than ``slow_s`` to the first commit invoked since then that succeeded (merged).
+    A commit refused for its generation was served."""
+    by_partition: dict[int, list] = defaultdict(list)
+    for op in _commits(history):
+        by_partition[partition_for(op.invoke.value["group"], num_partitions)].append(op)
+    end_of_run = max((ev.time for ev in history.events), default=0.0)
+    out: dict[int, list] = {}
+    for p, ops in by_partition.items():
+        ops.sort(key=lambda o: o.invoke.time)
+        oks = [o for o in ops if o.type == "ok"]
+        invoked = [o.invoke.time for o in oks]
+        # first_done[i]: the earliest completion among the successful commits invoked at or after oks[i]
+        first_done = [0.0] * len(oks)
+        earliest = end_of_run
+        for i in range(len(oks) - 1, -1, -1):
+            earliest = min(earliest, oks[i].complete.time)
+            first_done[i] = earliest
+        windows: list[list[float]] = []
+        for op in ops:
+            slow = op.type == "info" or (op.type == "ok" and op.complete.time - op.invoke.time > slow_s)
+            if not slow:
+                continue
+            start = op.invoke.time
+            i = bisect.bisect_left(invoked, start)
+            end = first_done[i] if i < len(oks) else end_of_run
+            if op.type == "ok":
+                end = min(end, op.complete.time)
+            if windows and start <= windows[-1][1]:
+                windows[-1][1] = max(windows[-1][1], end)
+            else:
+                windows.append([start, end])
+        if windows:
+            out[p] = [[round(a, 3), round(b, 3)] for a, b in windows]
+    return out
+
+
+def reprocessed(history: History) -> int:
+    """Records consumed again after a resume (a lower bound; see the module docstring)."""
+    highest: dict[tuple, int] = {}
+    total = 0
+    for ev in history.events:
+        if ev.f == "commit" and ev.type == "invoke":
+            key = (ev.value["group"], ev.value["topic"], ev.value["partition"])
+            highest[key] = max(highest.get(key, 0), ev.value["offset"])
+        elif ev.f == "resume" and ev.type == "ok":
+            key = (ev.value["group"], ev.value["topic"], ev.value["partition"])
+            total += max(0, highest.get(key, 0) - max(ev.value["offset"], 0))
+    return total
+
+
+def build_report(history: History, result: CheckResult, nemesis: Any, options: Any, faults_start: float,
+                 info: dict) -> dict:
+    by_f: dict[str, Counter] = defaultdict(Counter)
+    for op in history.operations:
+        by_f[op.f][op.type] += 1
+    commits = [op for op in _commits(history) if op.type == "ok"]
+    latency = [op.complete.time - op.invoke.time for op in commits]
+    rows = failovers(history, nemesis, info["coordinator_partitions"])
+    totals = [r["total_s"] for r in rows if r["total_s"] is not None]
+    windows = unavailable_windows(history, info["coordinator_partitions"])
+    gens = rebalances(history)
+    last = max((ev.time for ev in history.events), default=0.0)
+    return {
+        "ok": result.ok,
+        "faults_injected": result.faults,
+        "violations": [v.to_dict() for v in result.violations],
+        "invariants": result.to_dict()["invariants"],
+        "operations": {**result.operations, "by_operation": {f: dict(c) for f, c in sorted(by_f.items())}},
+        "faults": dict(Counter(ev.f for ev in history.faults if ev.f != "heal")),
+        "faults_skipped": dict(nemesis.skipped),
+        "nemesis_errors": list(getattr(nemesis, "errors", [])),
+        "failover": {
+            "total_s": _summary(totals),
+            **{k: _summary([r[k] for r in rows if r[k] is not None])
+               for k in ("detection_s", "election_s", "load_s", "rediscovery_s")},
+            "unserved": sum(1 for r in rows if r["total_s"] is None),
+            "events": rows,
+        },
+        "unavailability_s": {str(p): round(sum(b - a for a, b in w), 3) for p, w in sorted(windows.items())},
+        "unavailable_windows": {str(p): w for p, w in sorted(windows.items())},
+        "rebalances": {g: max(0, len(v) - 1) for g, v in sorted(gens.items())},
+        "records_reprocessed": reprocessed(history),
+        "commits": {"ok": len(commits), "per_s": round(len(commits) / last, 1) if last else 0.0,
+                    "latency_ms": {k: (None if v is None else round(v * 1000, 2))
+                                   for k, v in _summary(latency).items() if k != "count"}},
+        "duration_s": round(last, 3),
+        "faults_started_at_s": round(faults_start, 3),
+        **info,
+    }
+
+
+FAULT_COLOURS = {"shard": "tab:red", "leader": "tab:orange", "node": "tab:purple", "follower": "tab:pink",
+                 "controller": "tab:brown", "consumer": "tab:green", "torn": "tab:gray", "bit": "tab:gray",
+                 "full": "black"}
+
+
+def plot_timeline(history: History, report: dict, path: str) -> None:
+    """Commit throughput and latency over time with the faults marked, each coordinator partition's
+    unavailable windows, and each group's generation (its steps are rebalances)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    end = max(report["duration_s"], 1.0)
+    bins = int(math.ceil(end))
+    throughput = [0] * bins
+    lat: list[list[float]] = [[] for _ in range(bins)]
+    for op in _commits(history):
+        if op.type == "ok":
+            b = min(bins - 1, int(op.complete.time))
+            throughput[b] += 1
+            lat[b].append((op.complete.time - op.invoke.time) * 1000)
+    fig, axes = plt.subplots(4, 1, figsize=(13, 10), sharex=True,
+                             gridspec_kw={"height_ratios": [3, 2, 2, 2]})
+    ax = axes[0]
+    ax.plot(range(bins), throughput, color="tab:blue", lw=1)
+    ax.set_ylabel("commits/s")
+    verdict = "OK: no invariant violated" if report["ok"] else f"{len(report['violations'])} VIOLATION(S)"
+    ax.set_title(f"raygroups chaos run: {report['faults_injected']} faults, {report['commits']['ok']} acknowledged "
+                 f"commits, failover p50 {report['failover']['total_s']['p50']} s / max "
+                 f"{report['failover']['total_s']['max']} s -- {verdict}", fontsize=10)
+    seen: set[str] = set()
+    for ev in history.faults:
+        if ev.f == "heal":
+            continue
+        colour = FAULT_COLOURS.get(ev.f.split("-")[0], "tab:red")
+        for a in axes[:2]:
+            a.axvline(ev.time, color=colour, lw=0.8, alpha=0.6, label=ev.f if (a is ax and ev.f not in seen) else None)
+        seen.add(ev.f)
+    if seen:
+        ax.legend(loc="upper left", fontsize=7, ncol=min(7, len(seen)))
+    p50 = [sorted(v)[len(v) // 2] if v else float("nan") for v in lat]
+    p99 = [sorted(v)[min(len(v) - 1, int(0.99 * len(v)))] if v else float("nan") for v in lat]
+    axes[1].plot(range(bins), p50, label="p50", lw=1)
+    axes[1].plot(range(bins), p99, label="p99", lw=1)
+    axes[1].set_yscale("log")
+    axes[1].set_ylabel("commit latency (ms)")
+    axes[1].legend(loc="upper left", fontsize=7)
+    windows = {int(p): w for p, w in report["unavailable_windows"].items()}
+    parts = sorted(set(windows) | set(report.get("group_partitions", {}).values()))
+    for p, w in windows.items():
+        axes[2].broken_barh([(a, b - a) for a, b in w], (parts.index(p) - 0.4, 0.8), color="tab:red", alpha=0.7)
+    axes[2].set_yticks(range(len(parts)), [f"p{p}" for p in parts])
+    axes[2].set_ylabel(f"unavailable (no commit\nserved within {SLOW_S:g} s)")
+    for group, gens in sorted(rebalances(history).items()):
+        xs = [op.complete.time for _, op in gens]
+        ys = [g for g, _ in gens]
+        axes[3].step(xs + [end], ys + ys[-1:], where="post", label=group, lw=1)
+    axes[3].set_ylabel("generation")
+    axes[3].set_xlabel("seconds since the run started")
+    axes[3].legend(loc="upper left", fontsize=7)
+    for a in axes:
+        a.axvspan(report["faults_started_at_s"], end, color="0.9", zorder=-1)
+        a.set_xlim(0, end)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,494 @@
+"""``raygroups chaos run``: the failover chaos benchmark.
+
+A run starts the embedded default (a simulated cluster of ``nodes`` coordinator nodes; ``nodes=1``: a
+single-node Ray) or attaches to a deployment (``address``), then:
+
+1. the workload: ``groups`` groups of ``consumers`` consumer actors over a live synthetic topic, committing
+   as they go, plus probes fetching committed offsets and a client deleting scratch groups
+   (``raygroups.chaos.workload``), all recording their operations;
+2. once every group is stable and committing, the seeded fault schedule (``raygroups.chaos.faults``) for
+   ``seconds``, injected one fault after another by the nemesis (``raygroups.chaos.nemesis``), which lets the
+   deployment settle (every node up, every partition fully replicated) after each;
+3. a calm end: the consumers stop (commit, leave), the probes read every partition once more, and the
+   audit asks every leader for the digests of its live state and of its log's replay, and every in-sync
+   replica for its batches per leader epoch;
+4. ``DIR/history.jsonl`` (the pinned schema), the checker's verdict, ``DIR/report.json`` and
+   ``DIR/timeline.png`` (``raygroups.chaos.report``).
+
+Everything Ray, raylets and Spark would print goes to ``DIR/ray-output.log``; the terminal shows a live
+view and the summary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import ray
+
+from raygroups.chaos.faults import CONSUMER_FAULTS, PlannedFault, schedule
+from raygroups.chaos.nemesis import Nemesis
+from raygroups.chaos.workload import TOPIC, ChaosConsumer, EventLog, HistoryEvent, Lifecycle, Probe, fetch
+from raygroups.coordinator.partitioning import partition_for
+from raygroups.ray_seam import create_worker
+from raygroups.sources import SyntheticSource
+
+WARMUP_TIMEOUT_S = 180.0
+CALM_S = 3.0
+
+
+@dataclass
+class RunOptions:
+    seconds: float = 60.0
+    seed: int = 1
+    faults: list[str] = field(default_factory=list)
+    rate: float = 12.0  # faults per minute
+    groups: int = 3
+    consumers: int = 3
+    topic_partitions: int = 6
+    nodes: int = 3
+    num_partitions: int = 8
+    records_per_second: float = 200.0
+    session_timeout_ms: int = 10_000
+    rebalance_timeout_ms: int = 10_000
+    probes: int = 2
+    out: str = "chaos-out"
+    address: str | None = None
+    namespace: str = "raygroups"
+
+
+@dataclass
+class RunResult:
+    ok: bool
+    report: dict
+    out: str
+
+
+class Workload:
+    """The clients of a run: consumer actors per group (replaced when they die), probes and the lifecycle
+    client; collects what they record."""
+
+    def __init__(self, cluster: Any, options: RunOptions, t0: float) -> None:
+        self.cluster = cluster
+        self.options = options
+        self.t0 = t0
+        self.groups = [f"chaos-group-{i}" for i in range(options.groups)]
+        self.source = SyntheticSource({TOPIC: options.topic_partitions}, records_per_partition=None,
+                                      records_per_second=options.records_per_second)
+        self.events: list[HistoryEvent] = []
+        self.outcomes = {"ok": 0, "fail": 0, "info": 0}
+        self.views = {g: {"generation": -1, "commits": 0} for g in self.groups}
+        self.committed: set[tuple[str, int]] = set()
+        self.log = EventLog("workload", t0)
+        self._lock = threading.RLock()
+        self._next = 0
+        self._slots: dict[str, list[dict]] = {g: [] for g in self.groups}
+        self._retired: list[dict] = []
+        self._stop = threading.Event()
+        self._threads: list[Any] = []
+        if cluster.replicated or cluster.consumer_resources:
+            self._resources = cluster.consumer_resources
+        else:  # a deployment reached by address: keep the clients on this host (one clock for the history)
+            self._resources = {f"node:{ray.util.get_node_ip_address()}": 0.001}
+
+    def partition_of(self, group: str) -> int:
+        return partition_for(group, self.cluster.num_partitions)
+
+    # --- starting and stopping ----------------------------------------------------------------------
+    def start(self) -> None:
+        if self.cluster.topics().get(TOPIC) != self.options.topic_partitions:
+            self.cluster.create_topic(TOPIC, self.options.topic_partitions)
+        for group in self.groups:
+            for _ in range(self.options.consumers):
+                self._start_consumer(group)
+        client = self.cluster.client()
+        keys = [(g, TOPIC, p) for g in self.groups for p in range(self.options.topic_partitions)]
+        for i in range(self.options.probes):
+            self._threads.append(Probe(client, f"probe-{i}", self.t0, keys[i::self.options.probes] or keys, self._stop))
+        self._threads.append(Lifecycle(client, "scratch", self.t0, "chaos-scratch", self._stop))
+        for t in self._threads:
+            t.start()
+
+    def _start_consumer(self, group: str) -> None:
+        with self._lock:
+            process = f"g{self.groups.index(group)}-c{self._next}"
+            self._next += 1
+            value = {"group": group, "consumer": process, "session_timeout_ms": self.options.session_timeout_ms,
+                     "rebalance_timeout_ms": self.options.rebalance_timeout_ms}
+            self.log.add("invoke", "start-consumer", value)
+            self.log.add("ok", "start-consumer", value)
+            options = {"assignors": ("cooperative-sticky",), "session_timeout_ms": self.options.session_timeout_ms,
+                       "heartbeat_interval_ms": 1_000, "max_poll_interval_ms": self.options.rebalance_timeout_ms}
+            actor = create_worker(ChaosConsumer, self.cluster.namespace, self.cluster.namespace, group, process,
+                                  self.source, self.t0, options, 0.5, resources=self._resources)
+            self._slots[group].append({"process": process, "actor": actor, "run": actor.run.remote(),
+                                       "pid": actor.pid.remote(), "drain": None, "dead": False})
+
+    def kill_consumer(self, group: str, pick: int, record) -> str | None:
+        with self._lock:
+            live = [s for s in self._slots[group] if not s["dead"]]
+            if not live:
+                return None
+            slot = live[pick % len(live)]
+            record({"group": group, "consumer": slot["process"]})
+            ray.kill(slot["actor"], no_restart=True)
+            slot["dead"] = True
+        return slot["process"]
+
+    def consumer_pid(self, group: str, pick: int) -> tuple[str | None, int | None]:
+        with self._lock:
+            live = [s for s in self._slots[group] if not s["dead"]]
+            if not live:
+                return None, None
+            slot = live[pick % len(live)]
+        try:
+            return slot["process"], ray.get(slot["pid"], timeout=10)
+        except (ray.exceptions.RayError, TimeoutError):
+            return None, None
+
+    def maintain(self) -> None:
+        """Replace consumers that died (killed by the nemesis, or ended by a fatal error)."""
+        with self._lock:
+            for group, slots in self._slots.items():
+                for slot in list(slots):
+                    if not slot["dead"]:
+                        ready, _ = ray.wait([slot["run"]], timeout=0)
+                        if not ready:
+                            continue
+                        slot["dead"] = True
+                        try:
+                            slot["fatal"] = ray.get(slot["run"], timeout=0)
+                        except ray.exceptions.RayError as e:
+                            slot["fatal"] = type(e).__name__
+                    if slot["dead"] and slot["drain"] is None:
+                        slots.remove(slot)
+                        self._retired.append(slot)
+                        self._start_consumer(group)
+
+    def collect(self, wait_s: float = 0.0) -> None:
+        """Take what every client recorded so far (a paused consumer's share comes later)."""
+        pending = []
+        with self._lock:
+            slots = [s for slots in self._slots.values() for s in slots] + self._retired
+            for slot in slots:
+                if slot["drain"] is None and not (slot["dead"] and slot.get("drained")):
+                    slot["drain"] = slot["actor"].drain.remote()
+                pending.append(slot)
+        refs = [s["drain"] for s in pending if s["drain"] is not None]
+        ready = set(ray.wait(refs, num_returns=len(refs), timeout=wait_s)[0]) if refs else set()
+        out: list[HistoryEvent] = []
+        with self._lock:
+            for slot in pending:
+                ref = slot["drain"]
+                if ref is None or ref not in ready:
+                    continue
+                slot["drain"] = None
+                try:
+                    out.extend(ray.get(ref, timeout=0))
+                except ray.exceptions.RayError:
+                    slot["drained"] = True  # dead: what it did not hand over is gone with it
+                if slot["dead"]:
+                    slot["drained"] = True
+            self._retired = [s for s in self._retired if not s.get("drained")]
+        for t in self._threads:
+            out.extend(t.events.drain())
+        out.extend(self.log.drain())
+        self._count(out)
+        self.events.extend(out)
+
+    def _count(self, events: list[HistoryEvent]) -> None:
+        """Keep what the live view shows up to date as events come in (never rescanning the history)."""
+        for _t, _process, type_, f, value in events:
+            if type_ in self.outcomes:
+                self.outcomes[type_] += 1
+            g = value.get("group")
+            if g in self.views:
+                if f == "assign" and type_ == "ok":
+                    self.views[g]["generation"] = max(self.views[g]["generation"], value["generation"])
+                elif f == "commit" and type_ == "ok":
+                    self.views[g]["commits"] += 1
+                    self.committed.add((g, value["partition"]))
+
+    def stop(self) -> None:
+        """Stop every consumer (each commits and leaves), then the probes after a last read of each key."""
+        with self._lock:
+            slots = [s for slots in self._slots.values() for s in slots if not s["dead"]]
+            for slot in slots:
+                self.log.add("invoke", "stop-consumer", {"group": self._group_of(slot), "consumer": slot["process"]})
+                self.log.add("ok", "stop-consumer", {"group": self._group_of(slot), "consumer": slot["process"]})
+            for slot in slots:
+                slot["actor"].stop.remote()
+        ray.wait([s["run"] for s in slots], num_returns=len(slots), timeout=60)
+        self.collect(wait_s=10)
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=30)
+        final = EventLog("final-read", self.t0)
+        client = self.cluster.client()
+        for group in self.groups:
+            for p in range(self.options.topic_partitions):
+                fetch(client, final, group, TOPIC, p, 30)
+        finals = final.drain()
+        self._count(finals)
+        self.events.extend(finals)
+        for slot in slots:
+            ray.kill(slot["actor"], no_restart=True)
+            slot["dead"] = True
+        self.collect()
+
+    def _group_of(self, slot: dict) -> str:
+        return next(g for g, slots in self._slots.items() if slot in slots)
+
+    # --- what the live view shows ----------------------------------------------------------------
+    def group_views(self) -> dict[str, dict]:
+        with self._lock:
+            return {g: {**v, "consumers": sum(1 for s in self._slots[g] if not s["dead"])}
+                    for g, v in self.views.items()}
+
+    def committing_everywhere(self) -> bool:
+        return len(self.committed) >= self.options.groups * self.options.topic_partitions
+
+
+def audit(cluster: Any, t0: float) -> list[HistoryEvent]:
+    """The shards' own records at the end: per partition, the leader's digests and every in-sync replica's
+    batches per epoch, below the lowest log end among them."""
+    log = EventLog("auditor", t0)
+    from raygroups.ray_seam import Directory
+
+    directory = Directory(cluster.namespace)
+    for p in range(cluster.num_partitions):
+        isr: list[str] = []
+        leader = None
+        if cluster.replicated:
+            state = cluster.partition_state(p)
+            leader, isr = state["leader"], [n for n in state["isr"] if n != state["leader"]]
+        ends = []
+        try:
+            ends.append(ray.get(cluster.shard(p).status.remote(), timeout=30)["log_end_offset"])
+            for node in isr:
+                ends.append(ray.get(directory.log_server(node).state.remote(p), timeout=30)["log_end_offset"])
+        except (ray.exceptions.RayError, TimeoutError, KeyError, ValueError):
+            continue
+        up_to = min(e for e in ends if e is not None) if all(e is not None for e in ends) else None
+        value = {"partition": p, "node": leader, "up_to": up_to}
+        log.add("invoke", "digest", value)
+        try:
+            a = ray.get(cluster.shard(p).audit.remote(up_to), timeout=120)
+        except (ray.exceptions.RayError, TimeoutError) as e:
+            log.add("info", "digest", {**value, "error": type(e).__name__})
+            continue
+        log.add("ok", "digest", {**value, "live": a["live"], "replay": a["replay"], "leader_epoch": a["leader_epoch"]})
+        log.add("invoke", "replica-log", {"partition": p, "node": a["node"] or "local"})
+        log.add("ok", "replica-log", {"partition": p, "node": a["node"] or "local", "up_to": up_to, "runs": a["runs"]})
+        for node in isr:
+            log.add("invoke", "replica-log", {"partition": p, "node": node})
+            try:
+                r = ray.get(directory.log_server(node).audit.remote(p, up_to), timeout=120)
+            except (ray.exceptions.RayError, TimeoutError) as e:
+                log.add("info", "replica-log", {"partition": p, "node": node, "error": type(e).__name__})
+                continue
+            log.add("ok", "replica-log", {"partition": p, "node": node, "up_to": up_to, "runs": r["runs"]})
+    return log.drain()
+
+
+def write_history(path: str, events: list[HistoryEvent]) -> int:
+    """Write the events merged by time (each client's own events are already in order: a stable sort keeps
+    them so)."""
+    events = sorted(events, key=lambda e: e[0])
+    with open(path, "w", encoding="utf-8") as f:
+        for t, process, type_, fn, value in events:
+            f.write(json.dumps({"time": round(max(t, 0.0), 6), "process": process, "type": type_, "f": fn,
+                                "value": value}, separators=(",", ":")) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    return len(events)
+
+
+@contextlib.contextmanager
+def quiet_output(log_path: str, restore: bool = True):
+    """Send this process's file descriptors 1 and 2 (and so everything Ray's processes started from here
+    print: raylet state dumps, worker logs) to ``log_path``; yield a text stream to the real terminal.
+    ``restore=False`` leaves them there (a command line that exits next: Ray's exit handlers print too)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved_out, saved_err = os.dup(1), os.dup(2)
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    terminal = os.fdopen(os.dup(saved_out), "w", buffering=1)
+    try:
+        yield terminal
+    finally:
+        terminal.flush()
+        if restore:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved_out, 1)
+            os.dup2(saved_err, 2)
+            for f in (fd, saved_out, saved_err):
+                os.close(f)
+            terminal.close()
+
+
+def run(options: RunOptions, faults: list[str], view: Any) -> RunResult:
+    """One chaos run (see the module docstring); ``view`` shows progress (``raygroups.chaos.live``)."""
+    from raygroups.chaos.checker import check
+    from raygroups.chaos.history import read_history
+    from raygroups.chaos.report import build_report, plot_timeline
+    from raygroups.cluster import connect, start_local
+
+    os.makedirs(options.out, exist_ok=True)
+    config = {"group.initial.rebalance.delay.ms": 1_000, "group.min.session.timeout.ms": 1_000}
+    plan = schedule(options.seed, options.seconds, options.rate, faults, options.groups)
+    view.starting(options, plan)
+    if options.address is not None:
+        cluster = connect(options.address, options.namespace)
+    elif options.nodes > 1:
+        cluster = start_local(num_partitions=options.num_partitions, num_nodes=options.nodes, config=config,
+                              namespace=options.namespace)
+    else:
+        cluster = start_local(num_partitions=options.num_partitions, config=config, namespace=options.namespace)
+    try:
+        baseline = _noop_call_ms(cluster)
+        t0 = time.time()
+        workload = Workload(cluster, options, t0)
+        nemesis = Nemesis(cluster, workload, EventLog("nemesis", t0), options.session_timeout_ms / 1000.0)
+        nemesis.controller_events = ControllerEvents(cluster)
+        workload.start()
+        view.phase("warm-up: the groups form and start committing")
+        deadline = time.monotonic() + WARMUP_TIMEOUT_S
+        while not workload.committing_everywhere():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the groups did not commit on every partition within {WARMUP_TIMEOUT_S:g} s")
+            _tick(workload, view, nemesis, [])
+        faults_started = time.time()
+        view.phase(f"faults: {len(plan)} planned over {options.seconds:g} s")
+        # The nemesis runs in this thread (Ray starts a simulated node's processes from the main thread
+        # only); collecting the clients' events and the view run beside it.
+        current: list[PlannedFault | None] = [None, None]
+        stop_ticking = threading.Event()
+        ticker = threading.Thread(target=_tick_until, args=(stop_ticking, workload, view, nemesis, current),
+                                  daemon=True)
+        ticker.start()
+        try:
+            _run_nemesis(nemesis, plan, workload, faults_started, options.seconds, current)
+            nemesis.events.add("info", "heal", {"fault": "end-of-faults"})
+            view.phase("calm: settling, then the consumers stop and the probes read once more")
+            nemesis.settle()
+            time.sleep(CALM_S)
+        finally:
+            stop_ticking.set()
+            ticker.join(timeout=30)
+        workload.stop()
+        view.phase("audit: digests and replicas' batches per epoch")
+        events = workload.events + nemesis.events.drain() + audit(cluster, t0)
+        if cluster.replicated:
+            nemesis.controller_events.write(os.path.join(options.out, "controller-events.jsonl"), t0)
+        history_path = os.path.join(options.out, "history.jsonl")
+        write_history(history_path, events)
+        history = read_history(history_path)
+        result = check(history)
+        report = build_report(history, result, nemesis, options, faults_started - t0,
+                              {"replicated": cluster.replicated, "coordinator_partitions": cluster.num_partitions,
+                               "group_partitions": {g: workload.partition_of(g) for g in workload.groups}})
+        report["options"] = {**asdict(options), "faults": faults}
+        report["baseline"] = {"noop_actor_call_ms": baseline}
+        with open(os.path.join(options.out, "report.json"), "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=2, sort_keys=True)
+        plot_timeline(history, report, os.path.join(options.out, "timeline.png"))
+        return RunResult(result.ok, report, options.out)
+    finally:
+        cluster.shutdown()
+
+
+def _noop_call_ms(cluster: Any, calls: int = 200) -> dict:
+    """The floor a commit's latency compares with, measured in the same run: a no-op call to a shard actor
+    (its ``ping``), one after another."""
+    shard = cluster.shard(0)
+    ray.get(shard.ping.remote(), timeout=60)
+    took = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        ray.get(shard.ping.remote(), timeout=60)
+        took.append((time.perf_counter() - start) * 1000)
+    took.sort()
+    return {"p50": round(took[len(took) // 2], 3), "p99": round(took[int(len(took) * 0.99)], 3)}
+
+
+class ControllerEvents:
+    """The controller's recent events, gathered during the run (a restarted controller starts a new list),
+    for ``controller-events.jsonl`` beside the history: what a reader of a violation wants next."""
+
+    def __init__(self, cluster: Any) -> None:
+        self.cluster = cluster
+        self.events: dict[str, dict] = {}
+        self._next = 0.0
+
+    def poll(self, every_s: float = 3.0) -> None:
+        if not self.cluster.replicated or time.monotonic() < self._next:
+            return
+        self._next = time.monotonic() + every_s
+        try:
+            for e in self.cluster.controller_events():
+                self.events.setdefault(json.dumps(e, sort_keys=True, default=str), e)
+        except (ray.exceptions.RayError, TimeoutError, ValueError):
+            pass
+
+    def write(self, path: str, t0: float) -> None:
+        self.poll(every_s=0)
+        with open(path, "w", encoding="utf-8") as f:
+            for e in sorted(self.events.values(), key=lambda e: e["t"]):
+                f.write(json.dumps({**e, "t": round(e["t"] - t0, 3)}, default=str) + "\n")
+
+
+def _tick(workload: Workload, view: Any, nemesis: Nemesis, faults: list[PlannedFault]) -> None:
+    workload.collect(wait_s=0.3)
+    workload.maintain()
+    view.update(workload, nemesis, faults)
+    nemesis.controller_events.poll()
+    time.sleep(0.2)
+
+
+def _tick_until(stop: threading.Event, workload: Workload, view: Any, nemesis: Nemesis, current: list) -> None:
+    while not stop.is_set():
+        _tick(workload, view, nemesis, [f for f in current if f is not None])
+
+
+def _run_nemesis(nemesis: Nemesis, plan: list[PlannedFault], workload: Workload, started: float,
+                 seconds: float, current: list) -> None:
+    """Two lanes, each in schedule order: consumer faults in a thread of their own, every other fault in this
+    thread (a simulated node starts from the main thread only), the deployment settling after each."""
+    consumer = [f for f in plan if f.name in CONSUMER_FAULTS]
+    lane = threading.Thread(target=_lane, args=(nemesis, consumer, workload, started, seconds, current, 1, False),
+                            daemon=True)
+    lane.start()
+    _lane(nemesis, [f for f in plan if f.name not in CONSUMER_FAULTS], workload, started, seconds, current, 0, True)
+    lane.join()
+
+
+def _lane(nemesis: Nemesis, plan: list[PlannedFault], workload: Workload, started: float, seconds: float,
+          current: list, slot: int, settle: bool) -> None:
+    for fault in plan:
+        wait = started + fault.at - time.time()
+        if wait > 0:
+            time.sleep(wait)
+        if time.time() - started > seconds:
+            break
+        current[slot] = fault
+        try:
+            nemesis.inject(fault, workload.groups)
+        except Exception as e:  # noqa: BLE001 - a fault that could not be carried out is reported, the run goes on
+            nemesis.errors.append({"fault": fault.name, "at": fault.at, "error": f"{type(e).__name__}: {e}"})
+        current[slot] = None
+        if settle and not nemesis.settle():
+            nemesis.errors.append({"fault": fault.name, "at": fault.at, "error": "the deployment did not settle "
+                                   "within the settle timeout", "state": nemesis.unsettled()})
+    remaining = started + seconds - time.time()
+    if remaining > 0:
+        time.sleep(remaining)
