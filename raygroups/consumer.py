@@ -281,11 +281,14 @@ class Consumer(ConsumerIOMixin):
                     self._last_committed[tp] = committed
             return offset
 
-    def group_assignment(self) -> tuple[int, str, frozenset[TopicPartition]]:
-        """``(generation, member id, assignment)`` read together (the heartbeat thread may reset the first
-        two between separate reads)."""
+    def group_assignment(self) -> tuple[int, str, frozenset[TopicPartition], bool]:
+        """``(generation, member id, assignment, stable)`` read together (the heartbeat thread may reset the
+        first two between separate reads). ``stable``: SyncGroup completed for that generation (between a
+        JoinGroup answer and SyncGroup's, the generation is already the new one while the assignment is
+        still the previous generation's)."""
         with self._lock:
-            return self._member.generation_id, self._member.member_id, self._member.assignment
+            m = self._member
+            return m.generation_id, m.member_id, m.assignment, m.state is MemberState.STABLE
 
     @property
     def member_id(self) -> str:

@@ -17,10 +17,11 @@ order the history records events (line order, not the clocks):
 ``membership_checks`` adds the invariants on generations and assignments and on the shards' own records
 (the audit at the end of a run).
 
-A deletion resets what the first two expect of its group; a deletion whose outcome is unknown (``info``,
-or still open) stops checking its group from then on, since it may take effect at any later time.
-Commits and fetches whose outcome is unknown or failed set no expectation. These are Jepsen's
-linearizability checks narrowed to what a monotonic offsets workload makes checkable without a search.
+A deletion resets what the first two expect of its group; a fetch that overlaps a deletion checks
+nothing; a deletion whose outcome is unknown (``info``, or still open) stops checking its group from then
+on, since it may take effect at any later time, and a commit of unknown outcome counts as in flight for
+good (it may still be applied). Commits and fetches whose outcome is unknown or failed set no
+expectation. These are Jepsen's linearizability checks narrowed to what a monotonic offsets workload makes checkable without a search.
 """
 
 from __future__ import annotations
@@ -95,8 +96,10 @@ class _Best:
 class _GroupState:
     epoch: int = 0  # acknowledged deletions so far
     uncertain: bool = False  # a deletion of unknown outcome: no more checks on this group
-    open_commits: set = field(default_factory=set)
+    open_commits: set = field(default_factory=set)  # and those of unknown outcome: they may still land
     last_commit_invoked: int = 0  # line of the latest commit invocation
+    open_deletes: set = field(default_factory=set)
+    last_delete_invoked: int = 0
     deleted_by: Operation | None = None  # the last acknowledged deletion, while nothing can have undone it
 
 
@@ -141,9 +144,13 @@ def _offsets(history: History, result: CheckResult) -> None:
             g = group_state(group)
             if ev.type == "invoke":
                 at_invoke[ev.line] = (bool(g.open_commits),)
+                g.open_deletes.add(ev.line)
+                g.last_delete_invoked = ev.line
                 if op.complete is None or op.type == "info":
                     g.uncertain = True
-            elif ev.type == "ok":
+                continue
+            g.open_deletes.discard(op.invoke.line)
+            if ev.type == "ok":
                 g.epoch += 1
                 for table in (acked, fetched):
                     for key in [k for k in table if k[0] == group]:
@@ -156,15 +163,16 @@ def _offsets(history: History, result: CheckResult) -> None:
         key = _key(op, ev.line)
         g = group_state(key[0])
         if ev.type == "invoke":
-            at_invoke[ev.line] = (g.epoch, acked.get(key), fetched.get(key), g.deleted_by)
+            at_invoke[ev.line] = (g.epoch, acked.get(key), fetched.get(key), g.deleted_by, bool(g.open_deletes))
             if op.f == "commit":
                 g.open_commits.add(ev.line)
                 g.last_commit_invoked = ev.line
                 g.deleted_by = None  # this commit may recreate the group
             continue
-        epoch, acked_then, fetched_then, deleted_then = at_invoke[op.invoke.line]
+        epoch, acked_then, fetched_then, deleted_then, deleting = at_invoke[op.invoke.line]
         if op.f == "commit":
-            g.open_commits.discard(op.invoke.line)
+            if ev.type != "info":  # one of unknown outcome may still be applied at any later time
+                g.open_commits.discard(op.invoke.line)
             if ev.type == "ok" and epoch == g.epoch:
                 offset = _offset(op.invoke.value, op, op.invoke.line)
                 if key not in acked or offset > acked[key].offset:
@@ -173,7 +181,7 @@ def _offsets(history: History, result: CheckResult) -> None:
         if ev.type != "ok":
             continue
         offset = _offset(ev.value, op, ev.line)
-        if g.uncertain or epoch != g.epoch:
+        if g.uncertain or epoch != g.epoch or deleting or g.last_delete_invoked > op.invoke.line:
             continue  # a deletion may have come before or after this fetch: nothing to expect of it
         where = f"group {key[0]!r} topic {key[1]!r} partition {key[2]}"
         if acked_then is not None and offset < acked_then.offset:

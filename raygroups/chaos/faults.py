@@ -29,6 +29,9 @@ CATALOGUE: dict[str, tuple[str, bool, int]] = {
     "torn-tail": ("kill a follower node, cut the tail of its replica's last segment, restart it", True, 1),
     "bit-flip": ("kill a follower node, flip a bit in its replica's last batch, restart it", True, 1),
     "full-restart": ("kill every coordinator node, then start them all again", True, 1),
+    "disk-full": ("fill the data directory of the node leading a group's partition (its own small tmpfs) "
+                  "until writes fail with ENOSPC, free it, restart the node (as Kafka needs for a failed log "
+                  "directory)", True, 1),
 }
 
 

@@ -13,7 +13,7 @@ from rich.text import Text
 
 class LiveView:
     def __init__(self, stream: Any, enabled: bool = True) -> None:
-        self.console = Console(file=stream, force_terminal=None, highlight=False)
+        self.console = Console(file=stream, highlight=False, soft_wrap=True)
         self.enabled = enabled
         self._live: Live | None = None
         self._phase = "starting"

@@ -15,8 +15,9 @@ the generations their ``commit`` operations carried:
 
 Shards' records, from the audit the benchmark runs at the end (process ``auditor``):
 
-* ``single-writer-per-epoch`` -- a replica's batches go back to an older leader epoch, or two replicas
-  hold different batches under the same epoch below their common log end (two writers in one epoch);
+* ``single-writer-per-epoch`` -- a replica's batches go back to an older leader epoch, or two in-sync
+  replicas differ below their common log end (batches, or the epochs they were written under: two
+  writers, or a divergence the leader never truncated);
 * ``replay-differs-from-live`` -- a leader's live state differs from a fresh replay of its log.
 """
 
@@ -165,6 +166,10 @@ def rebalance_on_failover(history: History, violation) -> None:
                           f"change in the {window:g} s before it; faults then: {', '.join(faults) or 'none'}", [op])
 
 
+def _run(run: list | None) -> str:
+    return "nothing" if run is None else f"epoch {run[0]} offsets {run[1]}..{run[2] - 1} (digest {run[3][:12]})"
+
+
 def audit(history: History, violation) -> None:
     replicas: dict[int, list[tuple[str, list, Operation]]] = {}
     for op in history.operations:
@@ -188,13 +193,15 @@ def audit(history: History, violation) -> None:
                       f"partition {partition}: replica {node}'s batches go back to an older leader epoch "
                       f"(epochs in log order: {epochs}) ({op.describe()})", [op])
         replicas.setdefault(partition, []).append((node, runs, op))
+    # In-sync replicas audited below one offset must hold the same batches under the same epochs.
     for partition, found in replicas.items():
-        first: dict[int, tuple[str, list, Operation]] = {}
-        for node, runs, op in found:
-            for run in runs:
-                other = first.setdefault(run[0], (node, run, op))
-                if other[0] != node and other[1] != run:
-                    violation("single-writer-per-epoch", ("", "__consumer_offsets", partition),
-                              f"partition {partition} epoch {run[0]}: replica {other[0]} holds batches {other[1][1:3]} "
-                              f"(digest {other[1][3][:12]}) and replica {node} holds {run[1:3]} (digest "
-                              f"{run[3][:12]})", [other[2], op])
+        node0, runs0, op0 = found[0]
+        for node, runs, op in found[1:]:
+            if runs == runs0:
+                continue
+            i = next((i for i, (a, b) in enumerate(zip(runs0, runs, strict=False)) if a != b), min(len(runs0), len(runs)))
+            mine = runs0[i] if i < len(runs0) else None
+            theirs = runs[i] if i < len(runs) else None
+            violation("single-writer-per-epoch", ("", "__consumer_offsets", partition),
+                      f"partition {partition}: in-sync replicas {node0} and {node} differ below their common log end "
+                      f"from run {i}: {node0} holds {_run(mine)}, {node} holds {_run(theirs)}", [op0, op])

@@ -13,6 +13,8 @@ Ray instead, and pauses of remote processes are skipped.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fcntl
 import glob
 import os
@@ -27,7 +29,7 @@ import ray
 
 from raygroups.actors.shard_actor import partition_dir
 from raygroups.chaos.faults import PlannedFault
-from raygroups.chaos.workload import EventLog
+from raygroups.chaos.workload import EventLog, clock
 from raygroups.offsets_log.log import LOCK_FILE
 from raygroups.ray_seam import NODE_LABEL, Directory
 
@@ -46,6 +48,7 @@ class Disruption:
     partitions: list[int]
     breakdown: dict[int, dict] = field(default_factory=dict)  # partition -> detection/election/load seconds
     old: dict[int, dict] = field(default_factory=dict, repr=False)  # the shards' status before it
+    node: str | None = None  # the node it took down, if any
 
 
 class Nemesis:
@@ -61,6 +64,7 @@ class Nemesis:
         self.errors: list[dict] = []
         self._lock = threading.Lock()
         self.controller_events: Any = None  # the run's ControllerEvents
+        self.wall_t0 = time.time() - (clock() - self.t0)  # the run's start on the wall clock
         self._local_ip = ray.util.get_node_ip_address()
 
     # ------------------------------------------------------------------------------------------
@@ -115,7 +119,11 @@ class Nemesis:
 
     # --- what the faults need ------------------------------------------------------------------------
     def _now(self) -> float:
-        return time.time() - self.t0
+        return clock() - self.t0
+
+    def _run_time(self, wall: float) -> float:
+        """A wall-clock timestamp (the controller's events) on the run's clock."""
+        return wall - self.wall_t0
 
     def _record(self, name: str, target: dict) -> float:
         with self._lock:  # two lanes inject at once
@@ -143,8 +151,9 @@ class Nemesis:
         target = {"partition": partition, "pid": status["pid"], "node": status.get("node"),
                   "leader_epoch": status.get("leader_epoch")}
         if self._is_local(status):
-            t = self._record(name, target)
-            os.kill(status["pid"], sig)
+            with Process(status["pid"]) as process:  # the process of that status, even if it dies meanwhile
+                t = self._record(name, target)
+                process.signal(sig)
         elif sig in (signal.SIGKILL, signal.SIGTERM):
             t = self._record(name, target)
             ray.kill(self.cluster.shard(partition), no_restart=False)
@@ -170,7 +179,10 @@ class Nemesis:
                 before = old.get(p, {})
                 if s["state"] == "ACTIVE" and (s.get("pid"), s.get("leader_epoch")) != \
                         (before.get("pid"), before.get("leader_epoch")):
-                    d.breakdown[p] = {"load_s": s.get("load_seconds"), "new_epoch": s.get("leader_epoch")}
+                    # served_from: from when only the new incarnation can acknowledge a commit (refined by
+                    # the controller's shard-started event on a replicated deployment).
+                    d.breakdown[p] = {"load_s": s.get("load_seconds"), "new_epoch": s.get("leader_epoch"),
+                                      "served_from": round(self._now(), 3)}
                     pending.discard(p)
             if pending:
                 time.sleep(0.1)
@@ -183,13 +195,18 @@ class Nemesis:
         except (ray.exceptions.RayError, TimeoutError):
             return
         for p, b in d.breakdown.items():
-            after = [e for e in events if e["t"] - self.t0 >= d.time - 0.05]
-            detected = next((e["t"] - self.t0 for e in after if e["event"] in ("node-dead", "isr-shrink")
+            after = [e for e in events if self._run_time(e["t"]) >= d.time - 0.05]
+            # Detection: the controller's first reaction to this fault: the node declared dead, or this
+            # partition's shard failed over, restarted or stopped.
+            detected = next((self._run_time(e["t"]) for e in after
+                             if (e["event"] == "node-dead" and e.get("node") == d.node)
                              or (e.get("partition") == p and e["event"] in ("failover", "shard-restart",
                                                                            "shard-stopped"))), None)
             # Election ends when the new leader's shard is started (its load follows).
-            elected = next((e["t"] - self.t0 for e in after if e.get("partition") == p
+            elected = next((self._run_time(e["t"]) for e in after if e.get("partition") == p
                             and e["event"] == "shard-started"), None)
+            if elected is not None:
+                b["served_from"] = round(elected, 3)
             if detected is not None:
                 b["detection_s"] = round(detected - d.time, 3)
                 if elected is not None:
@@ -209,12 +226,19 @@ class Nemesis:
             self._shard_kill(fault, group, partition, "leader-flap")
 
     def _leader_pause(self, fault: PlannedFault, group: str, partition: int) -> None:
-        status, t = self._signal_shard(partition, signal.SIGSTOP, "leader-pause")
-        try:
-            time.sleep(fault.duration)
-        finally:
-            os.kill(status["pid"], signal.SIGCONT)
-            self._heal("leader-pause", {"partition": partition, "pid": status["pid"]})
+        status = self._status(partition)
+        if not self._is_local(status):
+            raise FaultSkipped("the shard runs on another host")
+        with Process(status["pid"]) as process:
+            t = self._record("leader-pause", {"partition": partition, "pid": status["pid"], "node": status.get("node"),
+                                              "leader_epoch": status.get("leader_epoch")})
+            process.signal(signal.SIGSTOP)
+            try:
+                time.sleep(fault.duration)
+            finally:
+                # The controller may have replaced (killed) the silent shard meanwhile: nothing to resume then.
+                resumed = process.signal(signal.SIGCONT)
+                self._heal("leader-pause", {"partition": partition, "pid": status["pid"], "resumed": resumed})
         if self.cluster.replicated:
             self._disrupted("leader-pause", t, [partition], {partition: status})
         else:  # no other replica: the same process serves again once it resumes
@@ -231,13 +255,14 @@ class Nemesis:
         if pid is None:
             raise FaultSkipped("no consumer process to pause")
         target = {"group": group, "consumer": process, "pid": pid}
-        self._record("consumer-pause", target)
-        os.kill(pid, signal.SIGSTOP)
-        try:
-            time.sleep(self.session_timeout_s + fault.duration)
-        finally:
-            os.kill(pid, signal.SIGCONT)
-            self._heal("consumer-pause", target)
+        with Process(pid) as handle:
+            self._record("consumer-pause", target)
+            handle.signal(signal.SIGSTOP)
+            try:
+                time.sleep(self.session_timeout_s + fault.duration)
+            finally:
+                handle.signal(signal.SIGCONT)
+                self._heal("consumer-pause", target)
 
     # --- node faults (simulated clusters) ------------------------------------------------------------
     def _leader_node(self, partition: int) -> str:
@@ -253,9 +278,7 @@ class Nemesis:
         old = {s["partition"]: s for s in self.cluster.shard_status(timeout_s=3)}
         t = self._record(fault, {"node": name, "leads": led, **(extra or {})})
         self.cluster.kill_node(name, graceful=graceful)
-        d = Disruption(fault, t, sorted(led))
-        d.old = old
-        return d
+        return Disruption(fault, t, sorted(led), old=old, node=name)
 
     def _served(self, d: Disruption) -> None:
         self.disruptions.append(d)
@@ -334,6 +357,29 @@ class Nemesis:
     def _bit_flip(self, fault: PlannedFault, group: str, partition: int) -> None:
         self._corrupt_follower(fault, partition, "bit-flip")
 
+    def _disk_full(self, fault: PlannedFault, group: str, partition: int) -> None:
+        node = self._leader_node(partition)
+        directory = os.path.join(self.cluster.data_dir, node)
+        if not os.path.ismount(directory):
+            raise FaultSkipped("the node's data directory is not a filesystem of its own")
+        led = self._partitions_led_by(node)
+        old = {s["partition"]: s for s in self.cluster.shard_status(timeout_s=3)}
+        ballast = os.path.join(directory, BALLAST)
+        try:
+            filled = fill_disk(ballast)
+            # The fault takes effect once the disk is full (the leader served until then).
+            t = self._record("disk-full", {"node": node, "leads": led, "filled_bytes": filled})
+            d = Disruption("disk-full", t, sorted(led), old=old, node=node)
+            time.sleep(fault.duration)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(ballast)
+        self._heal("disk-full", {"node": node, "step": "freed"})
+        # A log that failed on a full disk stays failed until its node restarts (Kafka's offline log
+        # directory, KIP-112): the operator's restart.
+        self._restart(node, "disk-full")
+        self._served(d)
+
     def _full_restart(self, fault: PlannedFault, group: str, partition: int) -> None:
         nodes = self.cluster.coordinator_nodes()
         if not nodes:
@@ -369,3 +415,55 @@ def _wait_unlocked(directory: str, timeout_s: float = 30.0) -> None:
                 time.sleep(0.05)
     finally:
         os.close(fd)
+
+
+BALLAST = ".chaos-ballast"
+
+
+def fill_disk(path: str, chunk: int = 1 << 20) -> int:
+    """Write zeros to ``path`` until its filesystem is full (ENOSPC); the bytes written."""
+    written = 0
+    block = bytes(chunk)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        while True:
+            try:
+                n = os.write(fd, block)
+            except OSError as e:
+                if e.errno != errno.ENOSPC:
+                    raise
+                if len(block) == 1:
+                    return written
+                block = bytes(max(1, len(block) // 16))  # fill the last bytes too
+                continue
+            written += n
+    finally:
+        os.close(fd)
+
+
+class Process:
+    """A process to signal by a pidfd (Linux): the signal reaches the process the pid named when this was
+    opened, never another one that reused its pid after it died."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self._fd: int | None = None
+
+    def __enter__(self) -> Process:
+        try:
+            self._fd = os.pidfd_open(self.pid)
+        except ProcessLookupError:
+            raise FaultSkipped(f"process {self.pid} is gone") from None
+        return self
+
+    def signal(self, sig: int) -> bool:
+        """Send ``sig``; False if the process has exited meanwhile."""
+        try:
+            signal.pidfd_send_signal(self._fd, sig)
+            return True
+        except ProcessLookupError:
+            return False
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fd is not None:
+            os.close(self._fd)

@@ -2,7 +2,7 @@
 (and the nemesis's notes on each failover).
 
 Failover time is Kafka's user-visible one: from the kill (or pause) to the first successful commit on the
-partition invoked after it, broken down into detection (the controller's first reaction), election (to the
+partition that only the new leader can have acknowledged (invoked once its shard was started), broken down into detection (the controller's first reaction), election (to the
 new leader's start), load (the new shard's replay) and client rediscovery (the rest). A coordinator
 partition is unavailable from the invocation of a commit that timed out or took over a second until a
 commit invoked since then succeeds, whatever the cause (a follower's loss stalls writes too). Rebalances are the generations each group reached after its
@@ -50,12 +50,15 @@ def failovers(history: History, nemesis: Any, num_partitions: int) -> list[dict]
     out = []
     for d in nemesis.disruptions:
         for p in d.partitions:
-            first = next((op for op in ok_commits.get(p, []) if op.invoke.time >= d.time), None)
+            b = d.breakdown.get(p, {})
+            # The first commit only the new incarnation can have acknowledged: invoked once it serves (a
+            # killed node's processes may answer for a moment; a paused leader's followers are fenced).
+            since = max(d.time, b.get("served_from", d.time))
+            first = next((op for op in ok_commits.get(p, []) if op.invoke.time >= since), None)
             total = None if first is None or first.complete.time - d.time > FAILOVER_HORIZON_S \
                 else round(first.complete.time - d.time, 3)
             row = {"fault": d.fault, "time": round(d.time, 3), "partition": p, "total_s": total,
                    "detection_s": None, "election_s": None, "load_s": None, "rediscovery_s": None}
-            b = d.breakdown.get(p, {})
             row.update({k: b.get(k) for k in ("detection_s", "election_s")})
             if b.get("load_s") is not None:
                 row["load_s"] = round(b["load_s"], 3)

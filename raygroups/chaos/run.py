@@ -24,7 +24,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -34,7 +37,16 @@ import ray
 
 from raygroups.chaos.faults import CONSUMER_FAULTS, PlannedFault, schedule
 from raygroups.chaos.nemesis import Nemesis
-from raygroups.chaos.workload import TOPIC, ChaosConsumer, EventLog, HistoryEvent, Lifecycle, Probe, fetch
+from raygroups.chaos.workload import (
+    TOPIC,
+    ChaosConsumer,
+    EventLog,
+    HistoryEvent,
+    Lifecycle,
+    Probe,
+    clock,
+    fetch,
+)
 from raygroups.coordinator.partitioning import partition_for
 from raygroups.ray_seam import create_worker
 from raygroups.sources import SyntheticSource
@@ -90,6 +102,7 @@ class Workload:
         self._next = 0
         self._slots: dict[str, list[dict]] = {g: [] for g in self.groups}
         self._retired: list[dict] = []
+        self._early: list[HistoryEvent] = []  # drained from a consumer just before the nemesis killed it
         self._stop = threading.Event()
         self._threads: list[Any] = []
         if cluster.replicated or cluster.consumer_resources:
@@ -136,6 +149,11 @@ class Workload:
             if not live:
                 return None
             slot = live[pick % len(live)]
+            # What it recorded up to now (its last acknowledged commits matter most) goes with it otherwise.
+            try:
+                self._early.extend(ray.get(slot["actor"].drain.remote(), timeout=2))
+            except (ray.exceptions.RayError, TimeoutError):
+                pass
             record({"group": group, "consumer": slot["process"]})
             ray.kill(slot["actor"], no_restart=True)
             slot["dead"] = True
@@ -199,6 +217,9 @@ class Workload:
         for t in self._threads:
             out.extend(t.events.drain())
         out.extend(self.log.drain())
+        with self._lock:
+            out.extend(self._early)
+            self._early = []
         self._count(out)
         self.events.extend(out)
 
@@ -241,6 +262,13 @@ class Workload:
             ray.kill(slot["actor"], no_restart=True)
             slot["dead"] = True
         self.collect()
+
+    def abort(self) -> None:
+        """Stop every client thread (idempotent; ``stop`` is the orderly end): a run cut short by an error
+        must leave no probe looping against a closed client."""
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=20)
 
     def _group_of(self, slot: dict) -> str:
         return next(g for g, slots in self._slots.items() if slot in slots)
@@ -345,18 +373,32 @@ def run(options: RunOptions, faults: list[str], view: Any) -> RunResult:
 
     os.makedirs(options.out, exist_ok=True)
     config = {"group.initial.rebalance.delay.ms": 1_000, "group.min.session.timeout.ms": 1_000}
+    disks = NodeDisks(options.nodes) if options.address is None and options.nodes > 1 and "disk-full" in faults \
+        else None
+    left_out = None
+    if disks is not None and not disks.mounted:
+        faults = [f for f in faults if f != "disk-full"]
+        left_out, disks = f"disk-full left out: {disks.why}", None
     plan = schedule(options.seed, options.seconds, options.rate, faults, options.groups)
     view.starting(options, plan)
-    if options.address is not None:
-        cluster = connect(options.address, options.namespace)
-    elif options.nodes > 1:
-        cluster = start_local(num_partitions=options.num_partitions, num_nodes=options.nodes, config=config,
-                              namespace=options.namespace)
-    else:
-        cluster = start_local(num_partitions=options.num_partitions, config=config, namespace=options.namespace)
+    if left_out:
+        view.phase(left_out)
+    try:
+        if options.address is not None:
+            cluster = connect(options.address, options.namespace)
+        elif options.nodes > 1:
+            cluster = start_local(num_partitions=options.num_partitions, num_nodes=options.nodes, config=config,
+                                  namespace=options.namespace, data_dir=disks.root if disks else None)
+        else:
+            cluster = start_local(num_partitions=options.num_partitions, config=config, namespace=options.namespace)
+    except BaseException:
+        if disks is not None:
+            disks.remove()
+        raise
+    workload = None
     try:
         baseline = _noop_call_ms(cluster)
-        t0 = time.time()
+        t0 = clock()
         workload = Workload(cluster, options, t0)
         nemesis = Nemesis(cluster, workload, EventLog("nemesis", t0), options.session_timeout_ms / 1000.0)
         nemesis.controller_events = ControllerEvents(cluster)
@@ -367,7 +409,7 @@ def run(options: RunOptions, faults: list[str], view: Any) -> RunResult:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the groups did not commit on every partition within {WARMUP_TIMEOUT_S:g} s")
             _tick(workload, view, nemesis, [])
-        faults_started = time.time()
+        faults_started = clock()
         view.phase(f"faults: {len(plan)} planned over {options.seconds:g} s")
         # The nemesis runs in this thread (Ray starts a simulated node's processes from the main thread
         # only); collecting the clients' events and the view run beside it.
@@ -389,7 +431,7 @@ def run(options: RunOptions, faults: list[str], view: Any) -> RunResult:
         view.phase("audit: digests and replicas' batches per epoch")
         events = workload.events + nemesis.events.drain() + audit(cluster, t0)
         if cluster.replicated:
-            nemesis.controller_events.write(os.path.join(options.out, "controller-events.jsonl"), t0)
+            nemesis.controller_events.write(os.path.join(options.out, "controller-events.jsonl"), nemesis.wall_t0)
         history_path = os.path.join(options.out, "history.jsonl")
         write_history(history_path, events)
         history = read_history(history_path)
@@ -404,7 +446,47 @@ def run(options: RunOptions, faults: list[str], view: Any) -> RunResult:
         plot_timeline(history, report, os.path.join(options.out, "timeline.png"))
         return RunResult(result.ok, report, options.out)
     finally:
-        cluster.shutdown()
+        try:
+            if workload is not None:
+                workload.abort()
+            cluster.shutdown()
+        finally:
+            if disks is not None:
+                disks.remove()
+
+
+class NodeDisks:
+    """For a simulated cluster: each coordinator node's data directory on a small filesystem of its own (a
+    tmpfs of ``size_mb``), so that ``disk-full`` fills one node's disk and nothing else. Needs the right to
+    mount (root); otherwise ``mounted`` is False and ``why`` says why."""
+
+    def __init__(self, nodes: int, size_mb: int = 512) -> None:
+        self.root = tempfile.mkdtemp(prefix="raygroups-chaos-")
+        self.mounts: list[str] = []
+        self.why = ""
+        for i in range(nodes):
+            path = os.path.join(self.root, f"node-{i}")
+            os.makedirs(path)
+            try:
+                done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m,mode=0700", "tmpfs", path],
+                                      capture_output=True, text=True, check=False)
+            except OSError as e:  # no mount(8) here
+                self.why = f"cannot mount a tmpfs per node ({e})"
+                break
+            if done.returncode != 0:
+                self.why = f"cannot mount a tmpfs per node ({done.stderr.strip() or done.returncode})"
+                break
+            self.mounts.append(path)
+        self.mounted = len(self.mounts) == nodes
+        if not self.mounted:
+            self.remove()
+
+    def remove(self) -> None:
+        for path in self.mounts:
+            with contextlib.suppress(OSError):
+                subprocess.run(["umount", "-l", path], capture_output=True, check=False)
+        self.mounts = []
+        shutil.rmtree(self.root, ignore_errors=True)
 
 
 def _noop_call_ms(cluster: Any, calls: int = 200) -> dict:
@@ -475,10 +557,10 @@ def _run_nemesis(nemesis: Nemesis, plan: list[PlannedFault], workload: Workload,
 def _lane(nemesis: Nemesis, plan: list[PlannedFault], workload: Workload, started: float, seconds: float,
           current: list, slot: int, settle: bool) -> None:
     for fault in plan:
-        wait = started + fault.at - time.time()
+        wait = started + fault.at - clock()
         if wait > 0:
             time.sleep(wait)
-        if time.time() - started > seconds:
+        if clock() - started > seconds:
             break
         current[slot] = fault
         try:
@@ -489,6 +571,6 @@ def _lane(nemesis: Nemesis, plan: list[PlannedFault], workload: Workload, starte
         if settle and not nemesis.settle():
             nemesis.errors.append({"fault": fault.name, "at": fault.at, "error": "the deployment did not settle "
                                    "within the settle timeout", "state": nemesis.unsettled()})
-    remaining = started + seconds - time.time()
+    remaining = started + seconds - clock()
     if remaining > 0:
         time.sleep(remaining)

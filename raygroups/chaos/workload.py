@@ -11,8 +11,8 @@ operations as history events.
 * ``Lifecycle`` (a thread): commits to a scratch group with no members, fetches it, deletes it (``delete``)
   and fetches again, with a new scratch group each round: deleted groups must stay deleted.
 
-Every event carries ``time.time()`` minus the run's start: the benchmark keeps its clients on its own host,
-so the clocks agree, and it merges the events by time into the history. A client stamps an invocation
+Every event carries ``clock()`` (CLOCK_MONOTONIC) minus the run's start: the benchmark keeps its clients on
+its own host, where that clock is one for all processes, and merges the events by time into the history. A client stamps an invocation
 before it sends and a completion after the answer, so the merged order never claims that an operation
 began later, or ended earlier, than it did.
 """
@@ -37,8 +37,14 @@ COMMIT_TIMEOUT_S = 5.0
 HistoryEvent = tuple[float, str, str, str, dict]
 
 
+def clock() -> float:
+    """The history's clock: CLOCK_MONOTONIC, one clock for every process of this host, and never stepped."""
+    return time.monotonic()
+
+
 class EventLog:
-    """What one client recorded and the benchmark has not collected yet (thread-safe)."""
+    """What one client recorded and the benchmark has not collected yet (thread-safe); ``t0`` is the run's
+    start on ``clock()``."""
 
     def __init__(self, process: str, t0: float) -> None:
         self.process = process
@@ -48,7 +54,7 @@ class EventLog:
 
     def add(self, type_: str, f: str, value: dict) -> None:
         with self._lock:
-            self._events.append((time.time() - self.t0, self.process, type_, f, value))
+            self._events.append((clock() - self.t0, self.process, type_, f, value))
 
     def drain(self) -> list[HistoryEvent]:
         with self._lock:
@@ -85,9 +91,10 @@ class ChaosConsumer:
 
     # --- the rebalance listener: commit what is revoked, as Kafka's consumers should ---------------------
     def on_partitions_revoked(self, partitions) -> None:
+        deadline = time.monotonic() + COMMIT_TIMEOUT_S
         for tp in sorted(partitions):
             if tp not in self._needs_resume:  # never resumed: nothing of ours to commit
-                self._commit(tp)
+                self._commit(tp, deadline)
 
     def on_partitions_assigned(self, partitions) -> None:
         self._needs_resume.update(partitions)
@@ -101,8 +108,8 @@ class ChaosConsumer:
         try:
             while not self._stop.is_set():
                 self.consumer.poll(0.05)
-                generation, member, assignment = self.consumer.group_assignment()
-                if (generation, assignment) != self._last and generation >= 0:
+                generation, member, assignment, stable = self.consumer.group_assignment()
+                if stable and (generation, assignment) != self._last and generation >= 0:
                     self._last = (generation, assignment)
                     value = {"group": self.group, "member": member, "generation": generation,
                              "partitions": [[t, p] for t, p in sorted(assignment)]}
@@ -111,10 +118,13 @@ class ChaosConsumer:
                     self.events.add("invoke", "assign", value)
                     self.events.add("ok", "assign", value)
                 progressed = False
+                # One budget for the calls of a round, below max.poll.interval.ms: a coordinator outage
+                # must not keep this loop from polling long enough to leave the group.
+                deadline = time.monotonic() + COMMIT_TIMEOUT_S
                 for tp in sorted(assignment):
-                    if self._stop.is_set():
+                    if self._stop.is_set() or time.monotonic() >= deadline:
                         break
-                    if tp in self._needs_resume and not self._resume(tp, generation, member):
+                    if tp in self._needs_resume and not self._resume(tp, generation, member, deadline):
                         continue
                     try:
                         position = self.consumer.position(tp)
@@ -126,14 +136,15 @@ class ChaosConsumer:
                         break  # revoked meanwhile: poll again
                 if time.monotonic() - last_commit >= self.commit_interval_s:
                     for tp in sorted(self.consumer.assignment()):
-                        if tp not in self._needs_resume:
-                            self._commit(tp)
+                        if tp not in self._needs_resume and time.monotonic() < deadline:
+                            self._commit(tp, deadline)
                     last_commit = time.monotonic()
                 if not progressed:
                     self._stop.wait(0.02)
+            deadline = time.monotonic() + COMMIT_TIMEOUT_S
             for tp in sorted(self.consumer.assignment()):
                 if tp not in self._needs_resume:
-                    self._commit(tp)
+                    self._commit(tp, deadline)
         except FatalConsumerError as e:
             self.fatal = f"{type(e).__name__}: {e}"
         finally:
@@ -143,12 +154,12 @@ class ChaosConsumer:
                 pass
         return self.fatal
 
-    def _resume(self, tp, generation: int, member: str) -> bool:
+    def _resume(self, tp, generation: int, member: str, deadline: float) -> bool:
         """Fetch where a newly assigned partition resumes (recorded as ``resume``) and seek there."""
         value = {"group": self.group, "topic": tp[0], "partition": tp[1], "generation": generation, "member": member}
         self.events.add("invoke", "resume", value)
         try:
-            committed = self.consumer.committed([tp], timeout_s=COMMIT_TIMEOUT_S).get(tp)
+            committed = self.consumer.committed([tp], timeout_s=_left(deadline)).get(tp)
         except (ConsumerError, TimeoutError, RuntimeError) as e:
             self.events.add("info", "resume", {**value, "error": type(e).__name__})
             return False
@@ -161,17 +172,17 @@ class ChaosConsumer:
             return False  # revoked meanwhile
         return True
 
-    def _commit(self, tp) -> None:
+    def _commit(self, tp, deadline: float) -> None:
         try:
             offset = self.consumer.position(tp)
         except (ValueError, ConsumerError, TimeoutError, RuntimeError):
             return
-        generation, member, _ = self.consumer.group_assignment()
+        generation, member, _, _ = self.consumer.group_assignment()
         value = {"group": self.group, "topic": tp[0], "partition": tp[1], "offset": offset,
                  "generation": generation, "member": member}
         self.events.add("invoke", "commit", value)
         try:
-            self.consumer.commit({tp: offset}, timeout_s=COMMIT_TIMEOUT_S)
+            self.consumer.commit({tp: offset}, timeout_s=_left(deadline))
         except CommitFailedError as e:
             # Refused for the member's generation before anything was written.
             self.events.add("fail", "commit", {**value, "error": type(e).__name__})
@@ -181,6 +192,11 @@ class ChaosConsumer:
             self.events.add("info", "commit", {**value, "error": type(e).__name__})
         else:
             self.events.add("ok", "commit", value)
+
+
+def _left(deadline: float) -> float:
+    """What remains of a round's budget for one call (at least a moment, so that it is sent)."""
+    return max(0.05, deadline - time.monotonic())
 
 
 def _answer(future: Any, timeout_s: float) -> Any:

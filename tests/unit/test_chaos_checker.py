@@ -138,6 +138,17 @@ def test_deleted_group_came_back():
     assert H().commit("c1", 9).delete("admin", ends="info").fetch("p1", -1).fetch("p1", 9).check().ok
 
 
+def test_a_fetch_overlapping_a_deletion_or_after_an_unknown_commit_expects_nothing():
+    # A fetch that completes while a deletion is in flight may see the group deleted already.
+    h = H().commit("c1", 5).ev("admin", "invoke", "delete", group=G).fetch("p1", -1)
+    assert h.ev("admin", "ok", "delete", group=G).check().ok
+    # A commit of unknown outcome may still land after a later deletion: the group may come back.
+    assert H().commit("c1", 5, ends="info").delete("admin").fetch("p1", 5).check().ok
+    # Once it is known to have failed it cannot.
+    assert invariants(H().commit("c1", 5, ends="fail").delete("admin").fetch("p1", 5).check()) == [
+        "deleted-group-came-back"]
+
+
 def test_resume_below_committed():
     result = H().commit("c1", 40).resume("c2", 12).check()
     assert invariants(result) == ["resume-below-committed"]
@@ -199,6 +210,9 @@ def test_single_writer_per_partition_and_epoch():
     result = H().replica(0, "node-0", run).replica(0, "node-1", [[1, 0, 10, "aa"], [2, 10, 25, "cc"]]).check()
     assert invariants(result) == ["single-writer-per-epoch"]
     assert "epoch 2" in result.violations[0].message
+    # The same offsets under different epochs (a divergent suffix never truncated) differ too.
+    result = H().replica(0, "node-0", run).replica(0, "node-1", [[1, 0, 10, "aa"], [3, 10, 25, "bb"]]).check()
+    assert invariants(result) == ["single-writer-per-epoch"] and "epoch 3" in result.violations[0].message
     # Within one replica, an epoch that comes back after a newer one means two writers.
     result = H().replica(3, "node-2", [[1, 0, 5, "aa"], [2, 5, 9, "bb"], [1, 9, 12, "cc"]]).check()
     assert invariants(result) == ["single-writer-per-epoch"]
