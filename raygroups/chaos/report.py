@@ -162,6 +162,8 @@ def build_report(history: History, result: CheckResult, nemesis: Any, options: A
     }
 
 
+MAX_BINS = 400
+MAX_FAULT_LINES = 60
 FAULT_COLOURS = {"shard": "tab:red", "leader": "tab:orange", "node": "tab:purple", "follower": "tab:pink",
                  "controller": "tab:brown", "consumer": "tab:green", "torn": "tab:gray", "bit": "tab:gray",
                  "full": "black"}
@@ -176,37 +178,44 @@ def plot_timeline(history: History, report: dict, path: str) -> None:
     import matplotlib.pyplot as plt
 
     end = max(report["duration_s"], 1.0)
-    bins = int(math.ceil(end))
-    throughput = [0] * bins
+    width = max(1, math.ceil(end / MAX_BINS))  # seconds per point: a long run stays readable
+    bins = int(math.ceil(end / width))
+    xs = [i * width for i in range(bins)]
+    throughput = [0.0] * bins
     lat: list[list[float]] = [[] for _ in range(bins)]
     for op in _commits(history):
         if op.type == "ok":
-            b = min(bins - 1, int(op.complete.time))
-            throughput[b] += 1
+            b = min(bins - 1, int(op.complete.time // width))
+            throughput[b] += 1 / width
             lat[b].append((op.complete.time - op.invoke.time) * 1000)
     fig, axes = plt.subplots(4, 1, figsize=(13, 10), sharex=True,
                              gridspec_kw={"height_ratios": [3, 2, 2, 2]})
     ax = axes[0]
-    ax.plot(range(bins), throughput, color="tab:blue", lw=1)
-    ax.set_ylabel("commits/s")
+    ax.plot(xs, throughput, color="tab:blue", lw=1)
+    ax.set_ylabel("commits/s" if width == 1 else f"commits/s ({width} s means)")
     verdict = "OK: no invariant violated" if report["ok"] else f"{len(report['violations'])} VIOLATION(S)"
     ax.set_title(f"raygroups chaos run: {report['faults_injected']} faults, {report['commits']['ok']} acknowledged "
                  f"commits, failover p50 {report['failover']['total_s']['p50']} s / max "
                  f"{report['failover']['total_s']['max']} s -- {verdict}", fontsize=10)
     seen: set[str] = set()
-    for ev in history.faults:
-        if ev.f == "heal":
-            continue
+    faults = [ev for ev in history.faults if ev.f != "heal"]
+    top = max(throughput, default=1.0) or 1.0
+    for ev in faults:
         colour = FAULT_COLOURS.get(ev.f.split("-")[0], "tab:red")
-        for a in axes[:2]:
-            a.axvline(ev.time, color=colour, lw=0.8, alpha=0.6, label=ev.f if (a is ax and ev.f not in seen) else None)
+        label = ev.f if ev.f not in seen else None
+        if len(faults) <= MAX_FAULT_LINES:
+            for a in axes[:2]:
+                a.axvline(ev.time, color=colour, lw=0.8, alpha=0.6, label=label if a is ax else None)
+        else:  # many faults: a tick each along the top, not lines over everything
+            ax.plot([ev.time], [top * 1.08], marker="|", markersize=9, color=colour, label=label, lw=0)
         seen.add(ev.f)
     if seen:
-        ax.legend(loc="upper left", fontsize=7, ncol=min(7, len(seen)))
+        ax.set_ylim(0, top * 1.5)  # room for the fault ticks and the legend above the curve
+        ax.legend(loc="upper left", bbox_to_anchor=(0, 0.93), fontsize=7, ncol=min(8, len(seen)))
     p50 = [sorted(v)[len(v) // 2] if v else float("nan") for v in lat]
     p99 = [sorted(v)[min(len(v) - 1, int(0.99 * len(v)))] if v else float("nan") for v in lat]
-    axes[1].plot(range(bins), p50, label="p50", lw=1)
-    axes[1].plot(range(bins), p99, label="p99", lw=1)
+    axes[1].plot(xs, p50, label="p50", lw=1)
+    axes[1].plot(xs, p99, label="p99", lw=1)
     axes[1].set_yscale("log")
     axes[1].set_ylabel("commit latency (ms)")
     axes[1].legend(loc="upper left", fontsize=7)
