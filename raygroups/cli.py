@@ -136,7 +136,7 @@ def deploy(address: str, data_dir: str, namespace: str, num_partitions: int, con
 
 
 # Subcommands that live in their own modules register themselves on ``main``.
-from raygroups import cli_chaos, cli_compact  # noqa: E402,F401
+from raygroups import cli_chaos, cli_compact, cli_groups  # noqa: E402,F401
 
 if __name__ == "__main__":
     main()

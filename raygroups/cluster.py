@@ -183,6 +183,11 @@ class Cluster:
         check_int("partition", partition, 0, self.num_partitions - 1)
         return ray.get(self._controller().partition_state.remote(partition), timeout=30)
 
+    def partition_metadata(self) -> dict[int, dict]:
+        """Every partition's ``partition_state`` at once, as the controller holds it."""
+        meta = ray.get(self._controller().metadata.remote(), timeout=30)
+        return {int(p): a for p, a in meta.items()}
+
     def partition_leaders(self) -> dict[int, str | None]:
         meta = ray.get(self._controller().metadata.remote(), timeout=30)
         return {int(p): a["leader"] for p, a in meta.items()}

@@ -8,6 +8,7 @@ verify that a record is genuine and, together with the others, that none was ski
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 from typing import NamedTuple, Protocol, runtime_checkable
 
@@ -32,6 +33,10 @@ class Source(Protocol):
 
     def end_offset(self, topic: str, partition: int) -> int:
         """The offset after the last available record (for lag)."""
+
+    # Optional, used by ``raygroups offsets reset`` when present: ``start_offset(topic, partition)`` (the
+    # first offset; 0 otherwise) and ``offset_for_time(topic, partition, timestamp_ms)`` (the first offset at
+    # or after that time, None past the end; Kafka's offsetsForTimes).
 
 
 class SyntheticSource:
@@ -74,6 +79,25 @@ class SyntheticSource:
         if self.records_per_second is not None:
             end = min(end, int((time.time() - self.created_at) * self.records_per_second))
         return end
+
+    def start_offset(self, topic: str, partition: int) -> int:
+        """The first offset (Kafka's log start offset): records are never deleted here."""
+        self._check(topic, partition)
+        return 0
+
+    def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
+        """The first offset whose record appeared at or after ``timestamp_ms`` (Kafka's offsetsForTimes);
+        None past the last record. Without ``records_per_second`` every record appeared at creation."""
+        self._check(topic, partition)
+        check_int("timestamp_ms", timestamp_ms, 0, 2**62)
+        end = self.end_offset(topic, partition)
+        since_s = timestamp_ms / 1000 - self.created_at
+        if since_s <= 0:
+            return 0 if end > 0 else None
+        if self.records_per_second is None:
+            return None
+        first = math.ceil(since_s * self.records_per_second)
+        return first if first < end else None
 
     def read(self, topic: str, partition: int, offset: int, max_records: int) -> list[SourceRecord]:
         self._check(topic, partition)

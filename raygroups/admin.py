@@ -1,0 +1,313 @@
+"""What ``kafka-consumer-groups.sh`` does, on the group API: list, describe (members, offsets and lag,
+state), delete groups, reset and delete committed offsets; plus a deployment's health (``status``).
+
+Everything here takes a ``GroupApi`` client (``cluster.client()`` on Ray, or
+``raygroups.testing.InProcessCoordinator``) and plain data, so the rules are tested without Ray; the CLI
+(``raygroups groups|offsets|status``) only parses, calls and prints. Bad input raises ``AdminError`` with
+one sentence and changes nothing: every check runs before the first write.
+
+The coordinator keeps committed offsets, not the topics' data, so log-end offsets (lag, ``--to-latest``)
+come from a ``raygroups.Source`` when the caller has one (``--source module:attr``), as Kafka's tool asks
+the partitions' leaders.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import importlib
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from raygroups.coordinator.consumer_protocol import SchemaError, decode_assignment
+from raygroups.coordinator.errors import Errors
+from raygroups.coordinator.group import GroupState
+from raygroups.sources import Source
+
+GROUP_STATES = tuple(s.value for s in GroupState)
+# Kafka's ConsumerGroupCommand resets offsets only of groups without active members.
+RESETTABLE_STATES = (GroupState.EMPTY.value, GroupState.DEAD.value)
+REQUEST_TIMEOUT_S = 60.0
+
+
+class AdminError(Exception):
+    """A request that cannot be carried out; the message is one sentence for the user. Nothing changed."""
+
+
+# --- topic specs and sources ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TopicSpec:
+    """``--topic T`` (every partition of T) or ``--topic T:0,2`` (those partitions)."""
+
+    topic: str
+    partitions: tuple[int, ...] | None
+
+
+def parse_topic_spec(spec: str) -> TopicSpec:
+    topic, sep, parts = spec.partition(":")
+    if not topic or len(topic) > 249:
+        raise AdminError(f"--topic {spec!r}: a topic name must be 1..249 characters, as TOPIC or TOPIC:P[,P...]")
+    if not sep:
+        return TopicSpec(topic, None)
+    partitions = []
+    for item in parts.split(","):
+        item = item.strip()
+        if not item.isdigit():
+            raise AdminError(f"--topic {spec!r}: partition {item!r} is not a number >= 0 (TOPIC:P[,P...])")
+        partitions.append(int(item))
+    return TopicSpec(topic, tuple(sorted(set(partitions))))
+
+
+def load_source(spec: str | None) -> Source | None:
+    """``module:attr`` names a ``Source``, or a callable without arguments that returns one."""
+    if spec is None:
+        return None
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise AdminError(f"--source {spec!r} must be MODULE:ATTR (a Source, or a function returning one)")
+    try:
+        obj = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as e:
+        raise AdminError(f"--source {spec!r}: {e}") from None
+    if callable(obj) and not isinstance(obj, Source):
+        obj = obj()
+    if not isinstance(obj, Source):
+        raise AdminError(f"--source {spec!r} is a {type(obj).__name__}, not a raygroups.Source "
+                         f"(topics, read, end_offset)")
+    return obj
+
+
+def _start_offset(source: Source, topic: str, partition: int) -> int:
+    start = getattr(source, "start_offset", None)
+    return 0 if start is None else start(topic, partition)
+
+
+def _result(future: Any) -> Any:
+    return future.result(timeout=REQUEST_TIMEOUT_S)
+
+
+# --- groups ------------------------------------------------------------------------------------------
+def list_groups(client: Any, states: list[str] | None = None) -> list[dict]:
+    response = _result(client.list_groups(states_filter=states or None))
+    if response.error is not Errors.NONE:
+        raise AdminError(f"listing groups failed: {response.error.name}")
+    return sorted(({"group": g.group_id, "state": g.group_state, "protocol_type": g.protocol_type}
+                   for g in response.groups), key=lambda g: g["group"])
+
+
+def _described(client: Any, group: str):
+    (described,) = _result(client.describe_groups([group]))
+    if described.error is not Errors.NONE:
+        raise AdminError(f"describing group {group!r} failed: {described.error.name}")
+    return described
+
+
+def _committed(client: Any, group: str) -> dict[tuple[str, int], int]:
+    response = _result(client.fetch_offsets(group_id=group))
+    if response.error is not Errors.NONE:
+        raise AdminError(f"fetching the offsets of group {group!r} failed: {response.error.name}")
+    return {tp: po.offset for tp, po in response.offsets.items() if po.offset >= 0}
+
+
+def _assignment(member: Any, protocol_type: str) -> list[tuple[str, int]]:
+    if protocol_type != "consumer" or not member.assignment:
+        return []
+    try:
+        decoded = decode_assignment(member.assignment)
+    except SchemaError:
+        return []
+    return sorted((t, p) for t, p in decoded.partitions)
+
+
+def describe_group(client: Any, group: str, source: Source | None = None,
+                   coordinator: dict | None = None) -> dict:
+    """A group's state, members (with their assigned partitions) and offsets (with lag when ``source``
+    gives log-end offsets). A group that does not exist raises ``AdminError``."""
+    described = _described(client, group)
+    committed = _committed(client, group)
+    if described.group_state == GroupState.DEAD.value and not committed:
+        raise AdminError(f"consumer group {group!r} does not exist")
+    members = []
+    owner: dict[tuple[str, int], dict] = {}
+    for m in described.members:
+        assigned = _assignment(m, described.protocol_type)
+        member = {"member_id": m.member_id, "group_instance_id": m.group_instance_id, "client_id": m.client_id,
+                  "host": m.client_host, "partitions": [list(tp) for tp in assigned]}
+        members.append(member)
+        for tp in assigned:
+            owner[tp] = member
+    offsets = []
+    for tp in sorted(set(committed) | set(owner)):
+        end = _end_offset(source, *tp)
+        current = committed.get(tp)
+        m = owner.get(tp)
+        offsets.append({"topic": tp[0], "partition": tp[1], "current_offset": current, "log_end_offset": end,
+                        "lag": None if end is None or current is None else max(0, end - current),
+                        "member_id": m["member_id"] if m else None, "host": m["host"] if m else None,
+                        "client_id": m["client_id"] if m else None})
+    return {"group": group, "state": described.group_state, "protocol_type": described.protocol_type,
+            "assignment_strategy": described.protocol_data, "coordinator": coordinator,
+            "members": members, "offsets": offsets}
+
+
+def _end_offset(source: Source | None, topic: str, partition: int) -> int | None:
+    if source is None or topic not in source.topics() or partition >= source.topics()[topic]:
+        return None
+    return source.end_offset(topic, partition)
+
+
+def delete_groups(client: Any, groups: list[str]) -> dict[str, str]:
+    """Kafka's DeleteGroups: each group's error name (``NONE`` when deleted)."""
+    errors = _result(client.delete_groups(list(groups)))
+    return {g: errors[g].name for g in groups}
+
+
+# --- offsets -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ResetStrategy:
+    """Exactly one of Kafka's reset scenarios: ``earliest``, ``latest``, ``offset`` (value),
+    ``shift`` (value, may be negative) or ``datetime`` (value: epoch milliseconds)."""
+
+    kind: str
+    value: int | None = None
+
+
+def parse_datetime_ms(text: str) -> int:
+    """Kafka's ``--to-datetime`` format, ``YYYY-MM-DDTHH:mm:SS.sss`` with an optional zone (``Z``,
+    ``+01:00``); without a zone, local time, as Kafka does."""
+    try:
+        when = _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise AdminError(f"--to-datetime {text!r} is not an ISO date-time such as 2026-11-26T12:00:00.000 "
+                         f"(optionally with Z or +HH:MM)") from None
+    return int(when.timestamp() * 1000)
+
+
+def _target_partitions(specs: list[TopicSpec], topics: dict[str, int], source: Source | None,
+                       committed: dict[tuple[str, int], int]) -> list[tuple[str, int]]:
+    known = dict(source.topics()) if source is not None else {}
+    known.update(topics)
+    out: list[tuple[str, int]] = []
+    for spec in specs:
+        count = known.get(spec.topic)
+        if count is None:
+            ours = sorted(p for t, p in committed if t == spec.topic)
+            if not ours:
+                raise AdminError(f"topic {spec.topic!r} is not registered, not in the source and has no committed "
+                                 f"offsets in this group")
+            count = ours[-1] + 1
+        partitions = range(count) if spec.partitions is None else spec.partitions
+        for p in partitions:
+            if p >= count:
+                raise AdminError(f"topic {spec.topic!r} has {count} partition(s) (0..{count - 1}); "
+                                 f"partition {p} does not exist")
+            out.append((spec.topic, p))
+    return sorted(set(out))
+
+
+def plan_reset(client: Any, group: str, specs: list[TopicSpec], strategy: ResetStrategy,
+               topics: dict[str, int], source: Source | None = None) -> list[dict]:
+    """The new offset of every named partition (Kafka's ConsumerGroupCommand.prepareOffsetsToReset);
+    raises ``AdminError`` before anything is written when the reset cannot be done."""
+    if not specs:
+        raise AdminError("name at least one --topic to reset")
+    if strategy.kind == "offset" and (strategy.value is None or strategy.value < 0):
+        raise AdminError(f"--to-offset must be >= 0, got {strategy.value}")
+    described = _described(client, group)
+    committed = _committed(client, group)
+    if described.group_state == GroupState.DEAD.value and not committed:
+        raise AdminError(f"consumer group {group!r} does not exist")
+    if described.group_state not in RESETTABLE_STATES:
+        raise AdminError(f"assignments can only be reset if the group {group!r} is inactive, but the current state "
+                         f"is {described.group_state}")
+    if strategy.kind in ("latest", "datetime") and source is None:
+        raise AdminError(f"--to-{strategy.kind} needs the topics' data: pass --source MODULE:ATTR")
+    plan = []
+    for topic, p in _target_partitions(specs, topics, source, committed):
+        current = committed.get((topic, p))
+        low = _start_offset(source, topic, p) if source is not None else 0
+        high = _end_offset(source, topic, p)
+        match strategy.kind:
+            case "earliest":
+                new = low
+            case "latest":
+                new = high
+            case "offset":
+                new = strategy.value
+            case "shift":
+                if current is None:
+                    raise AdminError(f"cannot shift the offset of {topic}:{p}: the group has no committed offset "
+                                     f"there")
+                new = current + strategy.value
+            case "datetime":
+                new = _offset_for_time(source, topic, p, strategy.value)
+            case other:
+                raise AdminError(f"unknown reset strategy {other!r}")
+        # Kafka's checkOffsetsRange: a target outside the partition's data is moved to its nearest end.
+        new = max(new, low)
+        if high is not None:
+            new = min(new, high)
+        plan.append({"topic": topic, "partition": p, "current_offset": current, "new_offset": new})
+    return plan
+
+
+def _offset_for_time(source: Source, topic: str, partition: int, timestamp_ms: int) -> int:
+    lookup = getattr(source, "offset_for_time", None)
+    if lookup is None:
+        raise AdminError(f"--to-datetime needs a source with offset_for_time(topic, partition, timestamp_ms); "
+                         f"{type(source).__name__} has none")
+    found = lookup(topic, partition, timestamp_ms)
+    # Kafka's offsetsForTimes answers nothing past the last record: the log end then.
+    return source.end_offset(topic, partition) if found is None else found
+
+
+def execute_reset(client: Any, group: str, plan: list[dict]) -> dict[tuple[str, int], str]:
+    """Commit the plan as an admin (generation -1, no member), as Kafka's alterConsumerGroupOffsets does:
+    the coordinator accepts it only while the group has no members. Each partition's error name."""
+    offsets = {(row["topic"], row["partition"]): (row["new_offset"], "") for row in plan}
+    response = _result(client.commit_offsets(group_id=group, offsets=offsets))
+    return {tp: error.name for tp, error in response.errors.items()}
+
+
+def delete_offsets(client: Any, group: str, specs: list[TopicSpec], topics: dict[str, int]) -> dict:
+    """Kafka's OffsetDelete for the named partitions: the request's error and each partition's."""
+    committed = _committed(client, group)
+    described = _described(client, group)
+    if described.group_state == GroupState.DEAD.value and not committed:
+        raise AdminError(f"consumer group {group!r} does not exist")
+    partitions = _target_partitions(specs, topics, None, committed)
+    response = _result(client.delete_offsets(group_id=group, partitions=partitions))
+    return {"error": response.error.name,
+            "partitions": {tp: (response.errors.get(tp, Errors.NONE)).name for tp in partitions}}
+
+
+# --- deployment health -------------------------------------------------------------------------------
+def status(cluster: Any) -> dict:
+    """Every partition (leader, epoch, replicas, ISR, the serving shard's state, pid and node), the
+    under-replicated and offline ones (no leader, or no serving shard), and the groups of the serving shards
+    counted by state. Asks each shard and the controller once, so it answers while partitions are down."""
+    shards = {s["partition"]: s for s in cluster.shard_status(timeout_s=15)}
+    meta = cluster.partition_metadata() if cluster.replicated else {}
+    partitions = []
+    for p in range(cluster.num_partitions):
+        shard = shards[p]
+        if cluster.replicated:
+            m = meta.get(p) or {}
+            replicas, isr, leader, epoch = m.get("replicas") or [], m.get("isr") or [], m.get("leader"), \
+                m.get("leader_epoch")
+        else:
+            replicas, isr, leader, epoch = ["local"], ["local"], "local", shard.get("leader_epoch")
+        offline = leader is None or shard["state"] not in ("ACTIVE", "LOADING")
+        partitions.append({"partition": p, "leader": leader, "leader_epoch": epoch, "replicas": replicas,
+                           "isr": isr, "under_replicated": len(isr) < len(replicas), "offline": offline,
+                           "shard_state": shard["state"], "pid": shard.get("pid"), "node": shard.get("node"),
+                           "groups": shard.get("groups")})
+    groups: Counter = Counter()
+    for shard in shards.values():
+        groups.update(shard.get("groups_by_state") or {})
+    return {"namespace": cluster.namespace, "replicated": cluster.replicated, "num_partitions": cluster.num_partitions,
+            "partitions": partitions,
+            "offline_partitions": [p["partition"] for p in partitions if p["offline"]],
+            "under_replicated_partitions": [p["partition"] for p in partitions if p["under_replicated"]],
+            "groups_by_state": dict(sorted(groups.items())),
+            "nodes": cluster.nodes() if cluster.replicated else {}}
