@@ -23,11 +23,13 @@ import logging
 import os
 import time
 import uuid
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from raygroups.actors import log_compaction
 from raygroups.actors.log_server import ray_actor_id, ray_node_id
+from raygroups.actors.metrics import METRICS_INTERVAL_S, ShardMetrics
 from raygroups.actors.partition_writer import AppendFailed, LocalWriter, PartitionWriter, ReplicatedWriter
 from raygroups.actors.replication import MAINTENANCE_INTERVAL_S, LeaderReplication
 from raygroups.actors.timers import AsyncioTimers, WallClock
@@ -87,6 +89,7 @@ class CoordinatorShard:
         self._load_summary = None
         self._load_error: str | None = None
         self._stats = {"batches": 0, "records": 0, "append_failures": 0}
+        self._metrics = ShardMetrics(partition, node)
         # Replicated deployments: the controller names the leader and the ISR.
         self._replicated = replicated
         self._node = node  # the stable name of the node this shard runs on (replicated deployments)
@@ -104,6 +107,7 @@ class CoordinatorShard:
         self._loaded = loop.create_future()
         loop.create_task(self._load())
         loop.create_task(self._flush_loop())
+        loop.create_task(self._metrics_loop())
         if self._replicated:
             loop.create_task(self._maintenance_loop())
 
@@ -138,6 +142,7 @@ class CoordinatorShard:
             ctx.epoch = self._writer.opened(plog)
             ctx.log = plog
             self._load_summary = await loop.run_in_executor(self._io, replay, plog, ctx.shard.state)
+            self._metrics.on_load(self._load_summary)
             await self._writer.loaded(plog, self._run_io)
             if self._directory is not None:
                 # Topic metadata lives in the GCS; a restarted instance must not forget it.
@@ -169,6 +174,7 @@ class CoordinatorShard:
                 records, ops = sealed
                 error = Errors.NONE
                 if records:
+                    started = time.monotonic()
                     try:
                         await self._writer.append(ctx.log, records, self._run_io)
                     except AppendFailed as e:
@@ -177,6 +183,7 @@ class CoordinatorShard:
                             self._step_down(str(e))
                     finally:
                         ctx.epoch = self._writer.epoch
+                    self._metrics.on_append(len(records), time.monotonic() - started, error is Errors.NONE)
                 if error is Errors.NONE:
                     self._stats["batches"] += 1
                     self._stats["records"] += len(records)
@@ -212,6 +219,14 @@ class CoordinatorShard:
             except Exception:  # noqa: BLE001 - try again next round
                 log.exception("replica maintenance failed on shard %d", self.partition)
 
+    async def _metrics_loop(self) -> None:
+        while self._ctx.state is not PartitionState.FAILED:
+            shard = self._ctx.shard
+            isr = 1 + len(self._writer.replication.isr) if self._writer.replicated else None
+            self._metrics.refresh({} if shard is None else shard.groups, self._ctx.state is PartitionState.ACTIVE,
+                                  isr)
+            await asyncio.sleep(METRICS_INTERVAL_S)
+
     async def replica_records(self, up_to_offset: int | None = None) -> list:
         """The leader's records below ``up_to_offset`` (tests compare them with the followers')."""
         return await self._run_io(records_below, self._ctx.log, up_to_offset)
@@ -240,8 +255,11 @@ class CoordinatorShard:
         if active and not self._writer.may_serve():
             return error_response(request, Errors.NOT_COORDINATOR)
         if type(request) is OffsetCommitRequest and active:
-            return await self._commit_known_topics(request)
-        return await self._dispatch(request)
+            response = await self._commit_known_topics(request)
+        else:
+            response = await self._dispatch(request)
+        self._metrics.on_response(request, response)
+        return response
 
     async def _dispatch(self, request: Any) -> Any:
         future = asyncio.get_running_loop().create_future()
@@ -334,6 +352,8 @@ class CoordinatorShard:
             "load_bytes_dropped": None if summary is None else summary.bytes_dropped,
             "load_error": self._load_error,
             "groups": 0 if self._ctx.shard is None else len(self._ctx.shard.groups),
+            "groups_by_state": {} if self._ctx.shard is None else dict(
+                Counter(g.state.value for g in self._ctx.shard.groups.values())),
             "pid": os.getpid(),
             "node": self._node,
             "ray_node_id": ray_node_id(),

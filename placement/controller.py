@@ -29,6 +29,7 @@ from typing import Any
 
 import ray
 from raygroups.placement.decide import decide
+from raygroups.placement.metrics import ControllerMetrics
 from raygroups.placement.model import (
     Commit,
     Decision,
@@ -105,6 +106,7 @@ class Controller:
         self._topics_version = 0
         self._pe_floor: dict[int, int] = {}  # per partition: the highest partition epoch sent or seen on a disk
         self.events: deque[dict] = deque(maxlen=2_000)
+        self._metrics = ControllerMetrics()
         if ray.is_initialized():  # (never start a Ray just to ask: a plain instance has no loop to start)
             try:  # run the loop from the start, not from the first call (after a restart nobody may call)
                 ray.get_runtime_context().current_actor.ensure_running.remote()
@@ -171,6 +173,7 @@ class Controller:
                 # restarted node, a report) is forgotten.
                 self._meta = dataclasses.replace(before, partitions=self._meta.partitions, held=self._meta.held,
                                                  marked=self._meta.marked)
+            self._metrics.refresh(self._meta.partitions)
 
     # ------------------------------------------------------------------------------------------
     # Observe
@@ -317,6 +320,8 @@ class Controller:
             return False
         self._meta = self._meta.with_partition(p, a, c.holders & persisted)
         self._save()
+        self._metrics.on_commit(p, current, a)
+        self._metrics.refresh(self._meta.partitions)
         return True
 
     async def _persist(self, partition: int, a: PartitionAssignment, nodes: list[str],

@@ -15,3 +15,30 @@ def wait_for(condition, timeout_s=60.0, interval_s=0.05, what="condition"):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
         time.sleep(interval_s)
+
+
+def scrape_metrics(prefix="ray_raygroups_"):
+    """Every series named ``prefix...`` that the metrics agents of this Ray cluster's alive nodes export
+    (Prometheus text format): ``[(name, {label: value}, value)]``."""
+    import re
+    import urllib.request
+
+    import ray
+
+    line = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)')
+    label = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+    out = []
+    for node in ray.nodes():
+        if not node.get("Alive") or not node.get("MetricsExportPort"):
+            continue
+        url = f"http://{node['NodeManagerAddress']}:{node['MetricsExportPort']}/metrics"
+        try:
+            with urllib.request.urlopen(url, timeout=10) as response:
+                text = response.read().decode()
+        except OSError:
+            continue
+        for raw in text.splitlines():
+            m = line.match(raw)
+            if m and m.group(1).startswith(prefix):
+                out.append((m.group(1), dict(label.findall(m.group(2) or "")), float(m.group(3))))
+    return out

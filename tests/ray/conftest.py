@@ -8,6 +8,9 @@ import pytest
 
 from tests.conditions import wait_for  # noqa: F401  (re-exported for the test modules)
 
+# Ray's metrics agent exports every 10 s by default: once a second, so a scrape sees new series soon.
+METRICS_EVERY_SECOND = {"metrics_report_interval_ms": 1000}
+
 CONFIG = {
     "group.initial.rebalance.delay.ms": 0,
     "group.min.session.timeout.ms": 10,
@@ -21,7 +24,7 @@ def ray_session():
 
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _system_config=METRICS_EVERY_SECOND)
     yield
     if started:
         ray.shutdown()
@@ -34,7 +37,7 @@ def cluster(ray_session, tmp_path):
     from raygroups.cluster import start_local
 
     if not ray.is_initialized():  # a multi-node module shut the shared Ray down: start it again
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _system_config=METRICS_EVERY_SECOND)
 
     c = start_local(num_partitions=4, data_dir=tmp_path / "data", config=CONFIG,
                     namespace=f"test-{uuid.uuid4().hex[:8]}")

@@ -1,0 +1,131 @@
+"""Prometheus metrics of the shard actors (and, in ``placement.metrics``, of the controller), through ``ray.util.metrics``: Ray's metrics
+agent on every node serves them (with Ray's own) on the node's metrics export port
+(``ray start --metrics-export-port``; ``ray.nodes()[i]["MetricsExportPort"]``), names prefixed ``ray_``.
+``deploy/grafana/raygroups.json`` is a dashboard over them.
+
+Shard series carry ``partition`` and ``node`` (a stable node name, ``local`` on the embedded default); the
+controller's (``placement.metrics``) carry ``partition``. Outside a Ray worker (unit tests construct the actors as plain classes)
+every recorder is a no-op, so the actors' code never asks whether metrics exist.
+
+Not a guarantee of exactness: counters live in the process that counts, so a shard restarted by Ray starts
+its counters again (Prometheus' ``rate()`` handles resets), and a dead process' last values stop being
+exported.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from raygroups.coordinator.errors import Errors
+
+# Milliseconds: an fsync on a quiet disk is ~1 ms, a replicated batch a few, a stalled one seconds.
+APPEND_LATENCY_BOUNDARIES_MS = [0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000]
+METRICS_INTERVAL_S = 5.0
+
+# Request type name -> the API label (Kafka's request names).
+_API = {
+    "JoinGroupRequest": "JoinGroup", "SyncGroupRequest": "SyncGroup", "HeartbeatRequest": "Heartbeat",
+    "LeaveGroupRequest": "LeaveGroup", "OffsetCommitRequest": "OffsetCommit", "OffsetFetchRequest": "OffsetFetch",
+    "ListGroupsRequest": "ListGroups", "DescribeGroupsRequest": "DescribeGroups",
+    "DeleteGroupsRequest": "DeleteGroups", "OffsetDeleteRequest": "OffsetDelete",
+}
+
+
+def ray_metrics():
+    """``ray.util.metrics`` inside a Ray worker, else None (no process to export from)."""
+    import ray.util.metrics
+
+    return ray.util.metrics if ray.is_initialized() else None
+
+
+class ShardMetrics:
+    """What one coordinator shard records: requests by API and error, offsets committed, heartbeats,
+    joins and completed rebalances, appends (latency, records), the last load, and gauges of its groups
+    (by state), members and in-sync replicas, refreshed every ``METRICS_INTERVAL_S``."""
+
+    def __init__(self, partition: int, node: str | None) -> None:
+        self._generations: dict[str, int] = {}
+        m = ray_metrics()
+        if m is None:
+            self._m = None
+            return
+        self._m = m
+        tags = {"partition": str(partition), "node": node or "local"}
+        keys = tuple(tags)
+
+        def counter(name: str, description: str, extra: tuple[str, ...] = ()):
+            c = m.Counter(name, description, tag_keys=keys + extra)
+            c.set_default_tags(tags)
+            return c
+
+        def gauge(name: str, description: str, extra: tuple[str, ...] = ()):
+            g = m.Gauge(name, description, tag_keys=keys + extra)
+            g.set_default_tags(tags)
+            return g
+
+        self.requests = counter("raygroups_requests", "Requests answered by a coordinator shard, by API and error.",
+                                ("api", "error"))
+        self.offset_commits = counter("raygroups_offset_commits", "Partition offsets committed (acknowledged).")
+        self.heartbeats = counter("raygroups_heartbeats", "Heartbeats answered.")
+        self.joins = counter("raygroups_joins", "JoinGroup requests answered.")
+        self.rebalances = counter("raygroups_rebalances", "Rebalances completed (a group reached a new generation).")
+        self.appended_records = counter("raygroups_appended_records", "Records made durable in the offsets log.")
+        self.append_failures = counter("raygroups_append_failures", "Batches whose append or replication failed.")
+        self.append_latency = m.Histogram("raygroups_append_latency_ms",
+                                          "Append (and replication, acks=all) latency of one batch, ms.",
+                                          boundaries=APPEND_LATENCY_BOUNDARIES_MS, tag_keys=keys)
+        self.append_latency.set_default_tags(tags)
+        self.load_seconds = gauge("raygroups_load_seconds", "Seconds the last load (log replay) took.")
+        self.load_records = gauge("raygroups_load_records", "Records replayed by the last load.")
+        self.groups = gauge("raygroups_groups", "Groups of the shard, by state.", ("state",))
+        self.members = gauge("raygroups_members", "Members of the shard's groups.")
+        self.isr_size = gauge("raygroups_shard_isr_size", "In-sync replicas (leader included) the leader sees.")
+        self.up = gauge("raygroups_shard_active", "1 while the shard serves (ACTIVE), else 0.")
+
+    def on_response(self, request: Any, response: Any) -> None:
+        if self._m is None:
+            return
+        name = type(request).__name__
+        api = _API.get(name, name)
+        error = getattr(response, "error", None)
+        self.requests.inc(1, {"api": api, "error": error.name if error is not None else "NONE"})
+        if api == "Heartbeat":
+            self.heartbeats.inc()
+        elif api == "JoinGroup":
+            self.joins.inc()
+            if error is Errors.NONE:
+                seen = self._generations.get(request.group_id, 0)
+                if response.generation_id > seen:
+                    self._generations[request.group_id] = response.generation_id
+                    self.rebalances.inc()
+        elif api == "OffsetCommit":
+            ok = sum(1 for e in response.errors.values() if e is Errors.NONE)
+            if ok:
+                self.offset_commits.inc(ok)
+
+    def on_append(self, records: int, seconds: float, ok: bool) -> None:
+        if self._m is None:
+            return
+        if ok:
+            self.appended_records.inc(records)
+            self.append_latency.observe(seconds * 1000)
+        else:
+            self.append_failures.inc()
+
+    def on_load(self, summary: Any) -> None:
+        if self._m is not None and summary is not None:
+            self.load_seconds.set(summary.seconds)
+            self.load_records.set(summary.records)
+
+    def refresh(self, groups: Any, active: bool, isr_size: int | None) -> None:
+        """Gauges from the live state: ``groups`` is the shard's ``{group_id: ClassicGroup}``."""
+        if self._m is None:
+            return
+        by_state = Counter(g.state.value for g in groups.values())
+        for state in ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead"):
+            self.groups.set(by_state.get(state, 0), {"state": state})
+        self.members.set(sum(len(g.members) for g in groups.values()))
+        self.up.set(1 if active else 0)
+        if isr_size is not None:
+            self.isr_size.set(isr_size)

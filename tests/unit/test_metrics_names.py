@@ -1,0 +1,56 @@
+"""The Grafana dashboard (deploy/grafana/raygroups.json) queries only series the code exports, and every
+metric the code defines is on it; the recorders are no-ops outside Ray (the actors stay plain classes)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+
+from raygroups.actors.metrics import ShardMetrics
+from raygroups.coordinator.messages import HeartbeatRequest, HeartbeatResponse
+from raygroups.placement.metrics import ControllerMetrics
+
+from raygroups import Errors
+
+ROOT = Path(__file__).resolve().parents[2]
+SUFFIXES = {"Counter": ("_total",), "Gauge": ("",), "Histogram": ("_bucket", "_count", "_sum")}
+
+
+def _defined() -> dict[str, str]:
+    """Metric name -> kind, from the ``m.Counter("name", ...)`` calls of the two metrics modules."""
+    out = {}
+    for path in (ROOT / "actors" / "metrics.py", ROOT / "placement" / "metrics.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in SUFFIXES \
+                    and node.args and isinstance(node.args[0], ast.Constant):
+                out[node.args[0].value] = node.func.attr
+            # counter("name", ...) / gauge("name", ...) helpers inside ShardMetrics
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("counter", "gauge") \
+                    and node.args and isinstance(node.args[0], ast.Constant):
+                out[node.args[0].value] = "Counter" if node.func.id == "counter" else "Gauge"
+    return out
+
+
+def test_the_dashboard_queries_exactly_the_exported_series():
+    defined = _defined()
+    exported = {f"ray_{name}{suffix}" for name, kind in defined.items() for suffix in SUFFIXES[kind]}
+    dashboard = json.loads((ROOT / "deploy" / "grafana" / "raygroups.json").read_text())
+    queried = {m for panel in dashboard["panels"] for t in panel["targets"]
+               for m in re.findall(r"\bray_raygroups_[a-z_]+", t["expr"])}
+    assert queried <= exported, queried - exported
+    assert {re.sub(r"_(total|bucket|count|sum)$", "", q)[len("ray_"):] for q in queried} >= set(defined)
+    assert len(defined) >= 18
+
+
+def test_recorders_are_no_ops_outside_ray():
+    import ray
+
+    assert not ray.is_initialized()
+    metrics = ShardMetrics(0, None)
+    metrics.on_response(HeartbeatRequest("g", 1, "m", None), HeartbeatResponse(Errors.NONE))
+    metrics.on_append(3, 0.001, True)
+    metrics.refresh({}, True, None)
+    ControllerMetrics().refresh({})
+    assert not ray.is_initialized()
