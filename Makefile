@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo lint bench clean java-check
+.PHONY: test demo lint bench clean java-check hosts-check
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "raygroups needs Python >= 3.11, found " + sys.version.split()[0])'
@@ -16,7 +16,10 @@ $(STAMP): pyproject.toml
 java-check:
 	@sh scripts/check_java.sh
 
-test: $(STAMP) java-check
+hosts-check:
+	@sh scripts/check_hosts_tools.sh
+
+test: $(STAMP) java-check hosts-check
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)

@@ -79,12 +79,15 @@ def test_ray_validator_accepts_it(prepared):
     validate_config(prepared)
 
 
-def test_local_provider_with_documentation_addresses(raw, prepared):
+def test_local_provider_with_placeholder_host_names(raw, prepared):
     provider = raw["provider"]
     assert provider["type"] == "local"
-    # RFC 5737 TEST-NET-1: clearly fake, the operator must replace them.
-    assert provider["head_ip"].startswith("192.0.2.")
-    assert provider["worker_ips"] and all(ip.startswith("192.0.2.") for ip in provider["worker_ips"])
+    # Ray's own convention: host names that resolve nowhere, never addresses that may be live on a user's
+    # network (RFC 5737's 192.0.2.x is some machines' own segment); deploy/ray_up_e2e.py substitutes them.
+    assert provider["head_ip"] == "HEAD_NODE_HOSTNAME"
+    assert provider["worker_ips"] == [f"WORKER_NODE_HOSTNAME_{i}" for i in (1, 2, 3)]
+    addresses = set(re.findall(r"\b\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}\b", CLUSTER_YAML.read_text()))
+    assert addresses <= {"127.0.0.1"}, addresses
     assert len(set(provider["worker_ips"]) | {provider["head_ip"]}) == len(provider["worker_ips"]) + 1
     assert "REPLACE" in CLUSTER_YAML.read_text()
     assert raw["auth"]["ssh_user"]
@@ -226,8 +229,8 @@ def test_setup_pins_match_pyproject(raw):
     assert pinned["ray"] == ray.__version__  # the validator used above is the cluster's own
     # The project wheel is the exact version of pyproject.toml, both where it is copied and where installed.
     wheel = f"raygroups-{PYPROJECT['project']['version']}-py3-none-any.whl"
-    assert raw["file_mounts"][f"~/{wheel}"] == f"dist/{wheel}"
-    assert f"--no-deps --force-reinstall ~/{wheel}" in setup
+    assert raw["file_mounts"]["~/raygroups-dist"] == "dist"  # a directory: Ray warns about single files
+    assert f"--no-deps --force-reinstall ~/raygroups-dist/{wheel}" in setup
     # The venv the setup creates is the one whose `ray` starts the nodes.
     assert "-m venv ~/raygroups-venv" in setup
     for commands in ("head_start_ray_commands", "worker_start_ray_commands"):
@@ -240,3 +243,13 @@ def test_python_version_matches_pyproject(raw):
     setup = "\n".join(raw["setup_commands"])
     minimum = PYPROJECT["project"]["requires-python"].removeprefix(">=")
     assert f"python{minimum} -m venv" in setup
+
+
+def test_head_announces_its_own_address_and_nodes_speak_token_auth(raw):
+    # Without a default route Ray guesses 127.0.0.1 for the head and no worker joins.
+    _, options, _ = ray_start(raw["head_start_ray_commands"])
+    assert options["--node-ip-address"] == "$(hostname -I | cut -d' ' -f1)"
+    setup = "\n".join(raw["setup_commands"])
+    # `ray stop` (what `ray down` runs), the `ray` CLI and drivers on the nodes use the venv and the token.
+    assert "echo 'source ~/raygroups-venv/bin/activate' >> ~/.bashrc" in setup
+    assert "echo 'export RAY_AUTH_MODE=token' >> ~/.bashrc" in setup

@@ -1,0 +1,364 @@
+"""``ray up cluster.yaml`` end to end on four real SSH hosts built on this machine (``deploy/testhosts.py``):
+a head and three coordinator nodes. Root only; about ten minutes here.
+
+1. the hosts come up (network, PID, mount and UTS namespaces, sshd each); the project's wheel is built;
+2. ``ray up`` with a copy of the project's ``cluster.yaml`` in which only the addresses, the SSH user and
+   the key are substituted; its start commands end with ``raygroups deploy``, so it leaves a running
+   replicated deployment;
+3. through Ray client from this machine (``raygroups.connect("ray://<head>:10001")``, token auth): the demo
+   workload -- a ``ConsumerGroup`` of consumer actors works through a synthetic topic and commits as it
+   goes -- plus plain commits of many groups; every committed offset is checked;
+4. the coordinator host that leads the most partitions is powered off: the partitions fail over, every
+   committed offset is still there and new commits succeed; the host is powered on again and rejoins under
+   its name (Ray's autoscaler restarts Ray on it), back in the in-sync replicas;
+5. ``ray down`` (and ``ray stop`` on each worker: ``ray down`` stops only the head), then ``ray up`` again:
+   the deployment is resumed from the coordinator nodes' disks and every committed offset is back;
+6. ``ray down`` and a teardown that must leave no process, namespace or link behind.
+
+Every step's duration goes to ``--out`` (``run.log`` and ``timings.json``); the run fails at the first
+step that does not hold. ``python deploy/ray_up_e2e.py [--out bench/results/ray-up] [--keep]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import testhosts  # noqa: E402
+from testhosts import HEAD, KEY, WORK, WORKERS  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+CLIENT_ADDRESS = f"ray://{HEAD.ip}:10001"
+NAMESPACE = "raygroups"
+PREBAKED_VENV = Path("/root/raygroups-venv")
+
+
+class Run:
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        out.mkdir(parents=True, exist_ok=True)
+        self.log = open(out / "run.log", "w", encoding="utf-8")
+        self.timings: dict[str, float] = {}
+        self.facts: dict[str, object] = {}
+        self.t0 = time.monotonic()
+
+    def say(self, text: str) -> None:
+        line = f"[{time.monotonic() - self.t0:7.1f}s] {text}"
+        print(line, flush=True)
+        self.log.write(line + "\n")
+        self.log.flush()
+
+    def step(self, name: str, fn, *args):
+        self.say(f"{name} ...")
+        started = time.monotonic()
+        result = fn(*args)
+        self.timings[name] = round(time.monotonic() - started, 1)
+        self.say(f"{name}: done in {self.timings[name]} s")
+        return result
+
+    def save(self, ok: bool) -> None:
+        (self.out / "timings.json").write_text(json.dumps({"ok": ok, "seconds": self.timings, "facts": self.facts,
+                                                           "total_s": round(time.monotonic() - self.t0, 1)},
+                                                          indent=2, sort_keys=True))
+
+
+def launcher_env() -> dict[str, str]:
+    """What ``ray up``/``ray down`` and the Ray client need on this machine (Ray's pitfalls on the local
+    provider: the v1 autoscaler, launcher files out of any local Ray's temp dir, token mode for clients)."""
+    tmp = WORK / "launcher-tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, TMPDIR=str(tmp), RAY_UP_enable_autoscaler_v2="0", RAY_USAGE_STATS_ENABLED="0",
+               RAY_AUTH_MODE="token")
+    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
+    return env
+
+
+def ray_cli(run: Run, *args: str, timeout_s: float = 900) -> None:
+    done = subprocess.run(["ray", *args], cwd=ROOT, env=launcher_env(), capture_output=True, text=True,
+                          timeout=timeout_s, stdin=subprocess.DEVNULL)
+    (run.out / f"ray-{args[0]}-{len(run.timings)}.log").write_text(done.stdout + done.stderr)
+    if done.returncode != 0:
+        raise RuntimeError(f"ray {' '.join(args)} failed ({done.returncode}); its output is in {run.out}")
+
+
+# --- preparation ---------------------------------------------------------------------------------------
+def build_wheel() -> Path:
+    dist = WORK / "dist"
+    dist.mkdir(parents=True, exist_ok=True)
+    for old in dist.glob("*.whl"):
+        old.unlink()
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--wheel-dir",
+                    str(dist), str(ROOT)], check=True, capture_output=True)
+    (wheel,) = dist.glob("raygroups-*.whl")
+    return wheel
+
+
+def prebake_venv() -> None:
+    """A venv with the pinned dependencies in this machine's /root, which every host's home overlays: the
+    setup commands of cluster.yaml then find them installed, as on a prepared machine image (they still
+    run: venv, pip, the wheel's reinstall)."""
+    if (PREBAKED_VENV / "bin" / "ray").exists():
+        return
+    subprocess.run(["python3.11", "-m", "venv", str(PREBAKED_VENV)], check=True)
+    pins = re.findall(r'"([^"]+)"', (ROOT / "pyproject.toml").read_text().split("dependencies = [")[1].split("]")[0])
+    subprocess.run([str(PREBAKED_VENV / "bin" / "python"), "-m", "pip", "install", "-q", *pins], check=True)
+
+
+def cluster_copy(wheel: Path) -> Path:
+    """The project's cluster.yaml with only the addresses, the SSH user and the key replaced, and the local
+    paths of file_mounts made absolute (``ray up`` runs from the repository root in the README)."""
+    text = (ROOT / "cluster.yaml").read_text()
+    text = text.replace("HEAD_NODE_HOSTNAME", HEAD.ip)
+    for i, w in enumerate(WORKERS, 1):
+        text = text.replace(f"WORKER_NODE_HOSTNAME_{i}", w.ip)
+    text = re.sub(r"(?m)^(\s*ssh_user:)\s*\S+", r"\1 root", text, count=1)
+    text = re.sub(r"(?m)^(\s*ssh_private_key:)\s*\S+", rf"\1 {KEY}", text, count=1)
+    text = text.replace(": dist", f": {wheel.parent}")
+    leftover = re.findall(r"[A-Z_]*HOSTNAME[A-Z_0-9]*", text)
+    if leftover:
+        raise RuntimeError(f"cluster.yaml placeholders not substituted: {sorted(set(leftover))}")
+    path = WORK / "cluster.yaml"
+    path.write_text(text)
+    return path
+
+
+# --- checks through Ray client (each in a fresh process: one Ray client connection per process) ------
+def client_phase(run: Run, phase: str, *args: str, timeout_s: float = 600) -> dict:
+    done = subprocess.run([sys.executable, __file__, "--phase", phase, *args], env=launcher_env(),
+                          capture_output=True, text=True, timeout=timeout_s)
+    (run.out / f"phase-{phase}-{len(run.timings)}.log").write_text(done.stdout + done.stderr)
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"phase {phase} failed ({done.returncode}): {done.stderr.strip()[-1500:]}")
+    return json.loads(lines[-1])
+
+
+def _wait(condition, timeout_s: float, what: str, interval_s: float = 1.0):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(interval_s)
+
+
+def _connect():
+    import logging
+
+    import raygroups
+
+    logging.getLogger("ray").setLevel(logging.ERROR)
+    return _wait(lambda: _try_connect(raygroups), 300, "the deployment through Ray client", 2.0)
+
+
+def _try_connect(raygroups):
+    import ray
+
+    try:
+        if not ray.is_initialized():
+            ray.init(address=CLIENT_ADDRESS, namespace=NAMESPACE, log_to_driver=False, logging_level="ERROR")
+        return raygroups.connect(CLIENT_ADDRESS, NAMESPACE)
+    except Exception as e:  # noqa: BLE001 - the head or the deployment is still coming up
+        print(f"(connect: {type(e).__name__}: {str(e)[:200]})", file=sys.stderr)
+        ray.shutdown()
+        return None
+
+
+def _serving(cluster, expect_nodes: int) -> dict | None:
+    from raygroups import admin
+
+    try:
+        nodes = cluster.nodes()
+        alive = sorted(n for n, i in nodes.items() if i["alive"])
+        if len(alive) < expect_nodes:
+            return None
+        status = admin.status(cluster)
+    except Exception as e:  # noqa: BLE001 - partitions still being placed
+        print(f"(status: {type(e).__name__}: {str(e)[:200]})", file=sys.stderr)
+        return None
+    if status["offline_partitions"]:
+        return None
+    return {"alive": alive, "status": status}
+
+
+def _all_offsets(cluster, groups: list[str]) -> dict[str, dict[str, int]]:
+    client = cluster.client()
+    futures = {g: client.fetch_offsets(group_id=g) for g in groups}
+    return {g: {f"{t}:{p}": po.offset for (t, p), po in f.result(timeout=120).offsets.items()}
+            for g, f in futures.items()}
+
+
+def phase_workload(expected_file: str) -> dict:
+    """The README's demo workload on the cluster, plus plain commits of 40 groups; records what was committed."""
+    from raygroups import ConsumerGroup, SyntheticSource, VerifyingProcessor
+
+    cluster = _connect()
+    ready = _wait(lambda: _serving(cluster, 3), 600, "every partition served by 3 coordinator nodes", 2.0)
+    source = SyntheticSource({"orders": 6}, records_per_partition=2_000)
+    group = ConsumerGroup(VerifyingProcessor, cluster, "orders-app", ["orders"], source, num_consumers=2,
+                          processor_args=(source,))
+    started = time.monotonic()
+    _wait(lambda: all(p["committed"] == 2_000 for p in group.stats()["partitions"]), 600,
+          "the consumer group to commit every record", 2.0)
+    consumed_s = time.monotonic() - started
+    stats = group.stats()
+    group.stop()
+    invalid = sum(w.get("invalid", 0) for w in stats["retired"])
+    client = cluster.client()
+    groups = [f"plain-{i}" for i in range(40)]
+    for round_ in range(1, 4):
+        futures = [client.commit_offsets(group_id=g, offsets={("orders", p): (round_ * 100 + i, "") for p in range(6)})
+                   for i, g in enumerate(groups)]
+        assert all(set(f.result(timeout=120).errors.values()) == {raygroups_none()} for f in futures)
+    expected = _all_offsets(cluster, ["orders-app", *groups])
+    assert expected["orders-app"] == {f"orders:{p}": 2_000 for p in range(6)}, expected["orders-app"]
+    Path(expected_file).write_text(json.dumps(expected, sort_keys=True))
+    return {"nodes": ready["alive"], "leaders": _leaders(ready["status"]), "consumed_s": round(consumed_s, 1),
+            "invalid_records": invalid, "groups": len(expected),
+            "offsets": sum(len(v) for v in expected.values())}
+
+
+def raygroups_none():
+    from raygroups import Errors
+
+    return Errors.NONE
+
+
+def _leaders(status: dict) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for p in status["partitions"]:
+        counts[p["leader"]] = counts.get(p["leader"], 0) + 1
+    return counts
+
+
+def phase_check(expected_file: str, expect_nodes: str, absent: str = "") -> dict:
+    """Wait until every partition is served (by ``expect_nodes`` alive coordinator nodes, none of them led by
+    ``absent``), then compare every committed offset with what was acknowledged, then commit once more."""
+    cluster = _connect()
+    started = time.monotonic()
+
+    def served():
+        ready = _serving(cluster, int(expect_nodes))
+        if ready and absent and any(p["leader"] == absent for p in ready["status"]["partitions"]):
+            return None
+        return ready
+
+    ready = _wait(served, 600, "every partition served", 2.0)
+    served_s = time.monotonic() - started
+    expected = json.loads(Path(expected_file).read_text())
+    actual = _all_offsets(cluster, sorted(expected))
+    lost = {g: {tp: (o, actual.get(g, {}).get(tp)) for tp, o in offsets.items() if actual.get(g, {}).get(tp) != o}
+            for g, offsets in expected.items()}
+    lost = {g: d for g, d in lost.items() if d}
+    if lost:
+        return {"ok": False, "lost": lost}
+    client = cluster.client()
+    bumped = {g: {tp: o + 1 for tp, o in offsets.items()} for g, offsets in expected.items() if g.startswith("plain-")}
+    for g, offsets in bumped.items():
+        errors = client.commit_offsets(group_id=g, offsets={(tp.split(":")[0], int(tp.split(":")[1])): (o, "")
+                                                             for tp, o in offsets.items()}).result(timeout=120).errors
+        assert set(errors.values()) == {raygroups_none()}, errors
+    expected.update(bumped)
+    Path(expected_file).write_text(json.dumps(expected, sort_keys=True))
+    return {"ok": True, "nodes": ready["alive"], "served_after_s": round(served_s, 1),
+            "leaders": _leaders(ready["status"]), "offsets_checked": sum(len(v) for v in expected.values()),
+            "under_replicated": ready["status"]["under_replicated_partitions"]}
+
+
+def phase_rejoined(name: str) -> dict:
+    """Wait until ``name`` is alive under its name again and back in the ISR of every partition it holds."""
+    cluster = _connect()
+    started = time.monotonic()
+
+    def back():
+        info = cluster.nodes().get(name)
+        if not info or not info["alive"]:
+            return None
+        meta = cluster.partition_metadata()
+        held = [p for p, a in meta.items() if name in a["replicas"]]
+        return held if held and all(name in meta[p]["isr"] for p in held) else None
+
+    held = _wait(back, 600, f"{name} alive and in sync", 2.0)
+    return {"node": name, "partitions_in_sync": len(held), "after_s": round(time.monotonic() - started, 1)}
+
+
+PHASES = {"workload": phase_workload, "check": phase_check, "rejoined": phase_rejoined}
+
+
+# --- the run ---------------------------------------------------------------------------------------------
+def stop_ray_everywhere() -> None:
+    """``ray down`` stops the head only; workers' raylets would linger for a minute."""
+    for h in WORKERS:
+        if testhosts._running(h):
+            testhosts.ssh(h, "ray stop --force || true", check=False, timeout_s=120)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="ray up cluster.yaml, end to end, on four local SSH hosts")
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "ray-up"))
+    parser.add_argument("--keep", action="store_true", help="leave the cluster and hosts running at the end")
+    parser.add_argument("--phase", help=argparse.SUPPRESS)
+    args, rest = parser.parse_known_args(argv)
+    if args.phase:
+        print(json.dumps(PHASES[args.phase](*rest), sort_keys=True), flush=True)
+        return 0
+    run = Run(Path(args.out))
+    expected = str(WORK / "expected-offsets.json")
+    ok = False
+    try:
+        run.step("prepare: the venv every host's image has", prebake_venv)
+        run.step("hosts up (4 network/PID/mount/UTS namespaces with sshd)", testhosts.up)
+        wheel = run.step("build the wheel", build_wheel)
+        config = run.step("cluster.yaml copy (addresses, SSH user and key substituted)", cluster_copy, wheel)
+        run.step("ray up", ray_cli, run, "up", "-y", "--no-config-cache", "--disable-usage-stats", str(config))
+        run.facts["workload"] = run.step("workload: consumer group + 40 groups' commits, all served",
+                                         client_phase, run, "workload", expected)
+        run.say(f"  {run.facts['workload']}")
+        leaders = run.facts["workload"]["leaders"]
+        victim = testhosts.by_name(max((n for n in leaders if n), key=lambda n: leaders[n]))
+        run.step(f"power off {victim.name}", testhosts.stop, victim)
+        run.facts["failover"] = run.step("failover: every partition served again, nothing lost",
+                                         client_phase, run, "check", expected, "2", victim.name)
+        run.say(f"  {run.facts['failover']}")
+        assert run.facts["failover"]["ok"], run.facts["failover"]
+        run.step(f"power on {victim.name}", testhosts.start, victim)
+        run.facts["rejoin"] = run.step(f"{victim.name} rejoins under its name (autoscaler restarts Ray) and in sync",
+                                       client_phase, run, "rejoined", victim.name)
+        run.say(f"  {run.facts['rejoin']}")
+        run.step("ray down", ray_cli, run, "down", "-y", str(config))
+        run.step("ray stop on the workers", stop_ray_everywhere)
+        run.step("ray up again", ray_cli, run, "up", "-y", "--no-config-cache", "--disable-usage-stats", str(config))
+        run.facts["restart"] = run.step("after ray down / ray up: every committed offset back",
+                                        client_phase, run, "check", expected, "3")
+        run.say(f"  {run.facts['restart']}")
+        assert run.facts["restart"]["ok"], run.facts["restart"]
+        ok = True
+    except Exception as e:  # noqa: BLE001 - reported, then torn down
+        run.say(f"FAILED: {type(e).__name__}: {e}")
+    finally:
+        if not args.keep:
+            try:
+                run.step("ray down", ray_cli, run, "down", "-y", str(WORK / "cluster.yaml"))
+            except Exception as e:  # noqa: BLE001
+                run.say(f"ray down: {e}")
+            run.step("ray stop on the workers", stop_ray_everywhere)
+            left = run.step("teardown", testhosts.down)
+            run.facts["left_behind"] = left
+            run.say("teardown: nothing left behind" if not left else f"teardown left behind: {left}")
+            ok = ok and not left
+        run.save(ok)
+        run.say("OK: ray up end to end" if ok else "FAILED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
