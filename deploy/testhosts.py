@@ -11,8 +11,9 @@ its own, across restarts of the host, like a disk).
 
 Root only. ``python deploy/testhosts.py up|down|status|stop HOST|start HOST|partition HOST|heal HOST|
 delay HOST MS``; ``partition``/``delay`` are the network faults the chaos benchmark can inject on these
-hosts (``tc netem``; a partition takes the host's link down). ``deploy/ray_up_e2e.py`` uses them to prove
-``ray up cluster.yaml`` end to end.
+hosts (a partition takes the host's link down; a delay is ``tc netem``, which some kernels lack -- this
+project's machines among them: ``delay`` then raises ``NetemUnavailable``). ``deploy/ray_up_e2e.py`` uses
+the hosts to prove ``ray up cluster.yaml`` end to end.
 """
 
 from __future__ import annotations
