@@ -127,4 +127,11 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # Killed nodes make Ray print raylet state dumps on this process's terminal: they go to a log file, the
+    # figures to the terminal.
+    from raygroups.chaos.run import quiet_output
+
+    RESULTS.mkdir(exist_ok=True)
+    with quiet_output(str(RESULTS / "restart-ray-output.log"), restore=False) as terminal:
+        sys.stdout = terminal
+        main()

@@ -28,6 +28,7 @@ import re
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -107,7 +108,7 @@ def prebake_venv() -> None:
     if (PREBAKED_VENV / "bin" / "ray").exists():
         return
     subprocess.run(["python3.11", "-m", "venv", str(PREBAKED_VENV)], check=True)
-    pins = re.findall(r'"([^"]+)"', (ROOT / "pyproject.toml").read_text().split("dependencies = [")[1].split("]")[0])
+    pins = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     subprocess.run([str(PREBAKED_VENV / "bin" / "python"), "-m", "pip", "install", "-q", *pins], check=True)
 
 
@@ -299,7 +300,7 @@ def stop_ray_everywhere() -> None:
     """``ray down`` stops the head only; workers' raylets would linger for a minute."""
     for h in WORKERS:
         if testhosts._running(h):
-            testhosts.ssh(h, "ray stop --force || true", check=False, timeout_s=120)
+            testhosts.ssh(h, "~/raygroups-venv/bin/ray stop --force || true", check=False, timeout_s=120)
 
 
 def main(argv: list[str] | None = None) -> int:
