@@ -31,6 +31,16 @@ from raygroups.coordinator.messages import (
     OffsetFetchResponse,
     SyncGroupRequest,
     SyncGroupResponse,
+    check_group_id,
+    check_topic_partition,
+    validate_filter,
+    validate_group_ids,
+    validate_heartbeat,
+    validate_join_group,
+    validate_leave_group,
+    validate_offset_commit,
+    validate_offset_fetch,
+    validate_sync_group,
 )
 from raygroups.coordinator.result import Result
 from raygroups.coordinator.runtime import CoordinatorRuntime, PartitionState
@@ -129,6 +139,41 @@ def error_response(request: Any, error: Errors) -> Any:
     raise TypeError(f"not a coordinator request: {type(request).__name__}")
 
 
+def validate_request(request: Any, message_max_bytes: int) -> Any:
+    """Hold a request to what the client API checks before it sends one (the fields Kafka's request schemas
+    could encode, ``message.max.bytes`` for protocol metadata, assignments and commit metadata), so that a
+    request that reached the coordinator another way -- a raw call to a shard actor -- meets the same
+    limits. Returns the normalized request; raises ``TypeError``/``ValueError`` naming the field."""
+    match request:
+        case JoinGroupRequest():
+            return validate_join_group(request, message_max_bytes)
+        case SyncGroupRequest():
+            return validate_sync_group(request, message_max_bytes)
+        case HeartbeatRequest():
+            return validate_heartbeat(request)
+        case LeaveGroupRequest():
+            return validate_leave_group(request)
+        case OffsetCommitRequest():
+            return validate_offset_commit(request, message_max_bytes)
+        case OffsetFetchRequest():
+            return validate_offset_fetch(request)
+        case OffsetDeleteRequest():
+            check_group_id(request.group_id)
+            if not isinstance(request.partitions, (list, tuple)):
+                raise TypeError(f"partitions must be a list of (topic, partition), got "
+                                f"{type(request.partitions).__name__}")
+            return OffsetDeleteRequest(request.group_id,
+                                       tuple(check_topic_partition("partitions", tp) for tp in request.partitions))
+        case ListGroupsRequest():
+            return ListGroupsRequest(tuple(validate_filter("states_filter", request.states_filter)),
+                                     tuple(validate_filter("types_filter", request.types_filter)))
+        case DescribeGroupsRequest():
+            return DescribeGroupsRequest(tuple(validate_group_ids("group_ids", request.group_ids)))
+        case DeleteGroupsRequest():
+            return DeleteGroupsRequest(tuple(validate_group_ids("group_ids", request.group_ids)))
+    raise TypeError(f"not a coordinator request: {type(request).__name__}")
+
+
 def _append_failed_response(request: Any, error: Errors) -> Any:
     """What a request whose records could not be appended gets (the JoinGroup answer carries no member id)."""
     if isinstance(request, JoinGroupRequest):
@@ -148,7 +193,18 @@ def response_errors(response: Any) -> list[Errors]:
 
 
 def dispatch(runtime: CoordinatorRuntime, request: Any, sink: Sink) -> None:
-    """Answer ``request`` through ``sink`` (at once for pre-check failures, else when durable)."""
+    """Answer ``request`` through ``sink`` (at once for pre-check failures, else when durable). A malformed
+    request changes nothing and is answered INVALID_REQUEST, as Kafka's broker answers a request it cannot
+    parse against its schema."""
+    try:
+        request = validate_request(request, runtime.config.message_max_bytes)
+    except (TypeError, ValueError) as invalid:
+        try:
+            response = error_response(request, Errors.INVALID_REQUEST)
+        except Exception:  # too malformed even to shape an answer: the caller gets the validation error
+            raise invalid from None
+        sink(response)
+        return
     kind = type(request)
     if kind is ListGroupsRequest:
         sink(_list_groups(runtime, request))

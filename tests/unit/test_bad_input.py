@@ -151,3 +151,44 @@ def test_unclean_leader_election_is_a_true_false_property_that_reaches_the_contr
     for bad in (1, "true", None):
         with pytest.raises(TypeError, match="unclean.leader.election.enable must be true or false"):
             CoordinatorConfig.from_properties({"unclean.leader.election.enable": bad})
+
+
+# --- requests that bypass the client API (a raw call to a shard actor) ----------------------------------
+def _raw_requests(gen, leader):
+    from raygroups.coordinator.api import DeleteGroupsRequest, DescribeGroupsRequest, OffsetDeleteRequest
+    from raygroups.coordinator.messages import (
+        HeartbeatRequest,
+        JoinGroupRequest,
+        LeaveGroupRequest,
+        OffsetCommitRequest,
+        OffsetFetchRequest,
+        SyncGroupRequest,
+    )
+
+    big = b"x" * (CoordinatorConfig().message_max_bytes + 1)
+    return [
+        (JoinGroupRequest(GROUP, "", "consumer", (("range", big),), 10_000, 10_000, None, "c", "/h", True, None),
+         lambda r: r.error),
+        (JoinGroupRequest(GROUP, 7, "consumer", (("range", b""),), 10_000, 10_000, None, "c", "/h", True, None),
+         lambda r: r.error),
+        (SyncGroupRequest(GROUP, gen, leader, {leader: big}, None, None, None), lambda r: r.error),
+        (HeartbeatRequest(GROUP, "one", leader, None), lambda r: r.error),
+        (LeaveGroupRequest(GROUP, (), None), lambda r: r.error),
+        (OffsetCommitRequest(GROUP, {("t", 0): (-5, "")}, gen, leader, None, -1), lambda r: r.errors[("t", 0)]),
+        (OffsetCommitRequest(GROUP, {("t", 0): (5, "m" * 2_000_000)}, gen, leader, None, -1),
+         lambda r: r.errors[("t", 0)]),
+        (OffsetFetchRequest(GROUP, (("t", "0"),), False), lambda r: r.error),
+        (OffsetDeleteRequest(GROUP, (("t", -1),)), lambda r: r.error),
+        (DescribeGroupsRequest((GROUP, 3)), lambda r: r[0].error),
+        (DeleteGroupsRequest((GROUP, b"g")), lambda r: r[GROUP]),
+    ]
+
+
+def test_a_malformed_request_that_bypassed_the_client_is_invalid_request_and_changes_nothing():
+    ctx, gen, _, leader = _stable_ctx()
+    before = _snapshot(ctx)
+    for request, error_of in _raw_requests(gen, leader):
+        response = ctx.coord._submit(request).result(timeout=0)
+        assert error_of(response) is Errors.INVALID_REQUEST, (request, response)
+        assert _snapshot(ctx) == before
+    ctx.assert_replay_matches()
