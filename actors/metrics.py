@@ -3,8 +3,9 @@ agent on every node serves them (with Ray's own) on the node's metrics export po
 (``ray start --metrics-export-port``; ``ray.nodes()[i]["MetricsExportPort"]``), names prefixed ``ray_``.
 ``deploy/grafana/raygroups.json`` is a dashboard over them.
 
-Shard series carry ``partition`` and ``node`` (a stable node name, ``local`` on the embedded default); the
-controller's (``placement.metrics``) carry ``partition``. Outside a Ray worker (unit tests construct the actors as plain classes)
+Shard series carry ``namespace`` (the deployment's), ``partition`` and ``node`` (a stable node name,
+``local`` on the embedded default); the controller's (``placement.metrics``) carry ``namespace`` and
+``partition``. Outside a Ray worker (unit tests construct the actors as plain classes)
 every recorder is a no-op, so the actors' code never asks whether metrics exist.
 
 Not a guarantee of exactness: counters live in the process that counts, so a shard restarted by Ray starts
@@ -44,14 +45,14 @@ class ShardMetrics:
     joins and completed rebalances, appends (latency, records), the last load, and gauges of its groups
     (by state), members and in-sync replicas, refreshed every ``METRICS_INTERVAL_S``."""
 
-    def __init__(self, partition: int, node: str | None) -> None:
+    def __init__(self, partition: int, node: str | None, namespace: str | None = None) -> None:
         self._generations: dict[str, int] = {}
         m = ray_metrics()
         if m is None:
             self._m = None
             return
         self._m = m
-        tags = {"partition": str(partition), "node": node or "local"}
+        tags = {"namespace": namespace or "", "partition": str(partition), "node": node or "local"}
         keys = tuple(tags)
 
         def counter(name: str, description: str, extra: tuple[str, ...] = ()):

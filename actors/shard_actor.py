@@ -89,7 +89,7 @@ class CoordinatorShard:
         self._load_summary = None
         self._load_error: str | None = None
         self._stats = {"batches": 0, "records": 0, "append_failures": 0}
-        self._metrics = ShardMetrics(partition, node)
+        self._metrics = ShardMetrics(partition, node, None if directory is None else directory.namespace)
         # Replicated deployments: the controller names the leader and the ISR.
         self._replicated = replicated
         self._node = node  # the stable name of the node this shard runs on (replicated deployments)

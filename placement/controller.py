@@ -106,7 +106,7 @@ class Controller:
         self._topics_version = 0
         self._pe_floor: dict[int, int] = {}  # per partition: the highest partition epoch sent or seen on a disk
         self.events: deque[dict] = deque(maxlen=2_000)
-        self._metrics = ControllerMetrics()
+        self._metrics = ControllerMetrics(namespace)
         if ray.is_initialized():  # (never start a Ray just to ask: a plain instance has no loop to start)
             try:  # run the loop from the start, not from the first call (after a restart nobody may call)
                 ray.get_runtime_context().current_actor.ensure_running.remote()

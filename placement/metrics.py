@@ -18,34 +18,35 @@ class ControllerMetrics:
     """What the controller records: per partition its leader epoch, replicas and in-sync replicas, and
     leader changes; in all, under-replicated and offline partitions."""
 
-    def __init__(self) -> None:
+    def __init__(self, namespace: str = "") -> None:
         m = ray_metrics()
         self._m = m
         if m is None:
             return
-        keys = ("partition",)
+        self._ns = {"namespace": namespace}
+        keys = ("namespace", "partition")
         self.leader_changes = m.Counter("raygroups_leader_changes", "Leader changes of a partition.", tag_keys=keys)
         self.leader_epoch = m.Gauge("raygroups_partition_leader_epoch", "A partition's leader epoch.", tag_keys=keys)
         self.isr_size = m.Gauge("raygroups_partition_isr_size", "A partition's in-sync replicas.", tag_keys=keys)
         self.replicas = m.Gauge("raygroups_partition_replicas", "A partition's replicas.", tag_keys=keys)
         self.under_replicated = m.Gauge("raygroups_under_replicated_partitions",
-                                        "Partitions with fewer in-sync replicas than replicas.")
-        self.offline = m.Gauge("raygroups_offline_partitions", "Partitions without a leader.")
+                                        "Partitions with fewer in-sync replicas than replicas.", tag_keys=("namespace",))
+        self.offline = m.Gauge("raygroups_offline_partitions", "Partitions without a leader.", tag_keys=("namespace",))
 
     def on_commit(self, partition: int, previous: Any, current: Any) -> None:
         if self._m is None:
             return
         if current.leader is not None and (previous is None or previous.leader != current.leader):
-            self.leader_changes.inc(1, {"partition": str(partition)})
+            self.leader_changes.inc(1, {**self._ns, "partition": str(partition)})
 
     def refresh(self, partitions: dict) -> None:
         """Gauges from the partition metadata (``{partition: PartitionAssignment}``)."""
         if self._m is None:
             return
         for p, a in partitions.items():
-            tags = {"partition": str(p)}
+            tags = {**self._ns, "partition": str(p)}
             self.leader_epoch.set(a.leader_epoch, tags)
             self.isr_size.set(len(a.isr), tags)
             self.replicas.set(len(a.replicas), tags)
-        self.under_replicated.set(sum(1 for a in partitions.values() if len(a.isr) < len(a.replicas)))
-        self.offline.set(sum(1 for a in partitions.values() if a.leader is None))
+        self.under_replicated.set(sum(1 for a in partitions.values() if len(a.isr) < len(a.replicas)), self._ns)
+        self.offline.set(sum(1 for a in partitions.values() if a.leader is None), self._ns)

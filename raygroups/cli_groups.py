@@ -56,15 +56,18 @@ def _echo_json(value: Any) -> None:
 
 
 def _table(*columns: str):
-    from rich.table import Table
+    """Kafka's tool prints whole member ids and hosts: cells never end in an ellipsis (on a narrow terminal a
+    long one folds onto the next line)."""
+    from rich.table import Column, Table
 
-    return Table(*columns, box=None, header_style="bold", pad_edge=False)
+    return Table(*(Column(c, overflow="fold") for c in columns), box=None, header_style="bold", pad_edge=False)
 
 
 def _print(*items: Any) -> None:
     from rich.console import Console
 
-    console = Console()
+    # Piped output (grep, awk, a file) gets one line per row, however wide.
+    console = Console() if sys.stdout.isatty() else Console(width=100_000)
     for item in items:
         console.print(item)
 

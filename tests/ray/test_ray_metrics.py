@@ -13,6 +13,7 @@ pytestmark = pytest.mark.ray
 
 
 def _series(name, **labels):
+    """Values of ``name`` whose labels include ``labels`` (other tests' deployments share this Ray)."""
     return [v for n, lab, v in scrape_metrics() if n == name and all(lab.get(k) == x for k, x in labels.items())]
 
 
@@ -21,6 +22,7 @@ def test_shard_metrics_reach_the_prometheus_endpoint(cluster):
     client = cluster.client()
     group = "metrics-g"
     p = str(partition_for(group, cluster.num_partitions))
+    ns = cluster.namespace
     join = dict(group_id=group, protocol_type="consumer", protocols=[("range", b"")], session_timeout_ms=30_000,
                 rebalance_timeout_ms=30_000)
     first = client.join_group(member_id="", **join).result(30)
@@ -36,17 +38,17 @@ def test_shard_metrics_reach_the_prometheus_endpoint(cluster):
                           member_id=joined.member_id).result(30)
 
     def complete():
-        return (sum(_series("ray_raygroups_offset_commits_total", partition=p)) >= 5
-                and sum(_series("ray_raygroups_heartbeats_total", partition=p)) >= 5
-                and sum(_series("ray_raygroups_rebalances_total", partition=p)) >= 1
-                and _series("ray_raygroups_groups", partition=p, state="Stable") == [1.0]
-                and _series("ray_raygroups_members", partition=p) == [1.0])
+        return (sum(_series("ray_raygroups_offset_commits_total", namespace=ns, partition=p)) >= 5
+                and sum(_series("ray_raygroups_heartbeats_total", namespace=ns, partition=p)) >= 5
+                and sum(_series("ray_raygroups_rebalances_total", namespace=ns, partition=p)) >= 1
+                and _series("ray_raygroups_groups", namespace=ns, partition=p, state="Stable") == [1.0]
+                and _series("ray_raygroups_members", namespace=ns, partition=p) == [1.0])
 
     wait_for(complete, timeout_s=90, interval_s=1, what="the shard's series on the metrics endpoint")
-    assert sum(_series("ray_raygroups_requests_total", partition=p, api="OffsetCommit",
+    assert sum(_series("ray_raygroups_requests_total", namespace=ns, partition=p, api="OffsetCommit",
                        error="UNKNOWN_TOPIC_OR_PARTITION")) == 0  # per-partition errors: the request succeeded
-    assert sum(_series("ray_raygroups_requests_total", partition=p, api="JoinGroup", error="MEMBER_ID_REQUIRED")) == 1
-    assert sum(_series("ray_raygroups_append_latency_ms_count", partition=p)) >= 6
-    assert sum(_series("ray_raygroups_appended_records_total", partition=p)) >= 6
-    assert _series("ray_raygroups_shard_active", partition=p, node="local") == [1.0]
-    assert len(_series("ray_raygroups_load_seconds", partition=p)) == 1
+    assert sum(_series("ray_raygroups_requests_total", namespace=ns, partition=p, api="JoinGroup", error="MEMBER_ID_REQUIRED")) == 1
+    assert sum(_series("ray_raygroups_append_latency_ms_count", namespace=ns, partition=p)) >= 6
+    assert sum(_series("ray_raygroups_appended_records_total", namespace=ns, partition=p)) >= 6
+    assert _series("ray_raygroups_shard_active", namespace=ns, partition=p, node="local") == [1.0]
+    assert len(_series("ray_raygroups_load_seconds", namespace=ns, partition=p)) == 1

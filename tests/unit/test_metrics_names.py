@@ -44,13 +44,18 @@ def test_the_dashboard_queries_exactly_the_exported_series():
     assert len(defined) >= 18
 
 
-def test_recorders_are_no_ops_outside_ray():
+def test_recorders_are_no_ops_outside_ray(monkeypatch):
     import ray
 
-    assert not ray.is_initialized()
+    # As in a plain process (unit tests construct the actor classes directly); another test module of this
+    # session may have a Ray running.
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
     metrics = ShardMetrics(0, None)
     metrics.on_response(HeartbeatRequest("g", 1, "m", None), HeartbeatResponse(Errors.NONE))
     metrics.on_append(3, 0.001, True)
+    metrics.on_load(None)
     metrics.refresh({}, True, None)
-    ControllerMetrics().refresh({})
-    assert not ray.is_initialized()
+    controller = ControllerMetrics("ns")
+    controller.refresh({})
+    controller.on_commit(0, None, None)
+    assert metrics._m is None and controller._m is None
