@@ -297,7 +297,8 @@ def status(cluster: Any) -> dict:
                 m.get("leader_epoch")
         else:
             replicas, isr, leader, epoch = ["local"], ["local"], "local", shard.get("leader_epoch")
-        offline = leader is None or shard["state"] not in ("ACTIVE", "LOADING")
+        # A shard being started or loading is on its way (Kafka counts a partition with a leader as online).
+        offline = leader is None or shard["state"] not in ("ACTIVE", "LOADING", "INITIAL")
         partitions.append({"partition": p, "leader": leader, "leader_epoch": epoch, "replicas": replicas,
                            "isr": isr, "under_replicated": len(isr) < len(replicas), "offline": offline,
                            "shard_state": shard["state"], "pid": shard.get("pid"), "node": shard.get("node"),

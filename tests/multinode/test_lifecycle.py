@@ -6,11 +6,15 @@ offline -- no shard serves it anywhere, no out-of-sync replica is elected -- unt
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
+from click.testing import CliRunner
 
 from raygroups import Errors, partition_for
+from raygroups.cli import main
+from tests.conditions import scrape_metrics
 from tests.multinode.conftest import check_followers_match_leader, check_one_shard_per_partition, wait_for
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -49,6 +53,15 @@ def _check_data(client, acked: dict, members: dict) -> None:
 
 def _all_led_by(cluster, node: str, isr: list[str]) -> bool:
     return all((s["leader"], s["isr"]) == (node, isr) for s in map(cluster.partition_state, range(PARTITIONS)))
+
+
+def _status(c):
+    result = CliRunner().invoke(main, ["status", "--json", "--namespace", c.namespace])
+    return result.exit_code, json.loads(result.stdout)
+
+
+def _gauge(c, name):
+    return [v for n, labels, v in scrape_metrics() if n == name and labels.get("namespace") == c.namespace]
 
 
 def test_full_restart_then_every_node_lost_and_restarted_under_its_name(tmp_path):
@@ -100,9 +113,19 @@ def test_full_restart_then_every_node_lost_and_restarted_under_its_name(tmp_path
                  what=f"{first} out of every ISR")
         c.kill_node(second)
         wait_for(lambda: _all_led_by(c, last, [last]), what=f"{last} leading every partition alone")
+        # What an operator sees: every partition under-replicated but served (the health check passes), and
+        # the controller's gauges on the metrics endpoint say the same.
+        code, status = wait_for(lambda: (r := _status(c))[0] == 0 and r, what="every partition served by its shard")
+        assert status["under_replicated_partitions"] == list(range(PARTITIONS))
+        assert {p["leader"] for p in status["partitions"]} == {last} and status["offline_partitions"] == []
+        wait_for(lambda: _gauge(c, "ray_raygroups_under_replicated_partitions") == [PARTITIONS], timeout_s=60,
+                 interval_s=1, what="the under-replicated gauge")
+        assert sum(_gauge(c, "ray_raygroups_leader_changes_total")) >= PARTITIONS
         c.kill_node(last)
         wait_for(lambda: all(c.partition_state(p)["leader"] is None for p in range(PARTITIONS)),
                  what="every partition offline")
+        code, status = _status(c)
+        assert code == 1 and status["offline_partitions"] == list(range(PARTITIONS))  # the health check fails
         assert all(c.partition_state(p)["isr"] == [last] for p in range(PARTITIONS))
         assert "offline partitions" in c.readiness()["waiting_for"]
         assert all(s["state"] != "ACTIVE" for s in c.shard_status(timeout_s=5))
