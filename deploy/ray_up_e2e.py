@@ -7,7 +7,8 @@ a head and three coordinator nodes. Root only; about ten minutes here.
    replicated deployment;
 3. through Ray client from this machine (``raygroups.connect("ray://<head>:10001")``, token auth): the demo
    workload -- a ``ConsumerGroup`` of consumer actors works through a synthetic topic and commits as it
-   goes -- plus plain commits of many groups; every committed offset is checked;
+   goes -- plus plain commits of many groups; every committed offset is checked; the operator's commands
+   (``raygroups status``, ``groups list``, ``groups describe``) run against it with ``--address ray://...``;
 4. the coordinator host that leads the most partitions is powered off: the partitions fail over, every
    committed offset is still there and new commits succeed; the host is powered on again and rejoins under
    its name (Ray's autoscaler restarts Ray on it), back in the in-sync replicas;
@@ -139,6 +140,33 @@ def client_phase(run: Run, phase: str, *args: str, timeout_s: float = 600) -> di
     if done.returncode != 0 or not lines:
         raise RuntimeError(f"phase {phase} failed ({done.returncode}): {done.stderr.strip()[-1500:]}")
     return json.loads(lines[-1])
+
+
+def operator_cli(run: Run, *args: str) -> tuple[int, object]:
+    """``raygroups ARGS --address ray://<head>:10001 --json`` from this machine, as an operator would run it;
+    (exit code, parsed JSON)."""
+    done = subprocess.run([str(Path(sys.executable).parent / "raygroups"), *args, "--address", CLIENT_ADDRESS,
+                           "--json"], env=launcher_env(), capture_output=True, text=True, timeout=300)
+    (run.out / f"cli-{args[0]}-{args[1] if len(args) > 1 else ''}-{len(run.timings)}.log").write_text(
+        done.stdout + done.stderr)
+    try:
+        return done.returncode, json.loads(done.stdout)
+    except json.JSONDecodeError:
+        raise RuntimeError(f"raygroups {' '.join(args)} printed no JSON ({done.returncode}): "
+                           f"{done.stderr.strip()[-1000:]}") from None
+
+
+def check_operator_view(run: Run, expect_offline: bool = False) -> dict:
+    """The operator's commands against the deployment: status (a health check), the groups, the demo group."""
+    status_exit, status = operator_cli(run, "status")
+    assert status_exit == (1 if expect_offline else 0), (status_exit, status["offline_partitions"])
+    code, groups = operator_cli(run, "groups", "list")
+    assert code == 0 and {g["group"] for g in groups} >= {"orders-app", "plain-0"}, groups
+    code, described = operator_cli(run, "groups", "describe", "orders-app")
+    assert code == 0 and {o["current_offset"] for o in described[0]["offsets"]} == {2_000}, described
+    return {"status_exit": status_exit, "partitions": status["num_partitions"],
+            "under_replicated": len(status["under_replicated_partitions"]), "groups": len(groups),
+            "groups_by_state": status["groups_by_state"]}
 
 
 def _wait(condition, timeout_s: float, what: str, interval_s: float = 1.0):
@@ -324,6 +352,9 @@ def main(argv: list[str] | None = None) -> int:
         run.facts["workload"] = run.step("workload: consumer group + 40 groups' commits, all served",
                                          client_phase, run, "workload", expected)
         run.say(f"  {run.facts['workload']}")
+        run.facts["cli"] = run.step("raygroups status / groups list / groups describe through Ray client",
+                                    check_operator_view, run)
+        run.say(f"  {run.facts['cli']}")
         leaders = run.facts["workload"]["leaders"]
         victim = testhosts.by_name(max((n for n in leaders if n), key=lambda n: leaders[n]))
         run.step(f"power off {victim.name}", testhosts.stop, victim)
@@ -331,6 +362,9 @@ def main(argv: list[str] | None = None) -> int:
                                          client_phase, run, "check", expected, "2", victim.name)
         run.say(f"  {run.facts['failover']}")
         assert run.facts["failover"]["ok"], run.facts["failover"]
+        run.facts["cli_failover"] = run.step("the operator's view with a host down (under-replicated, healthy)",
+                                             check_operator_view, run)
+        run.say(f"  {run.facts['cli_failover']}")
         run.step(f"power on {victim.name}", testhosts.start, victim)
         run.facts["rejoin"] = run.step(f"{victim.name} rejoins under its name (autoscaler restarts Ray) and in sync",
                                        client_phase, run, "rejoined", victim.name)
