@@ -95,11 +95,9 @@ class ShardMetrics:
             self.heartbeats.inc()
         elif api == "JoinGroup":
             self.joins.inc()
-            if error is Errors.NONE:
-                seen = self._generations.get(request.group_id, 0)
-                if response.generation_id > seen:
-                    self._generations[request.group_id] = response.generation_id
-                    self.rebalances.inc()
+            if error is Errors.NONE and self._generations.get(request.group_id) != response.generation_id:
+                self._generations[request.group_id] = response.generation_id
+                self.rebalances.inc()
         elif api == "OffsetCommit":
             ok = sum(1 for e in response.errors.values() if e is Errors.NONE)
             if ok:
@@ -123,6 +121,8 @@ class ShardMetrics:
         """Gauges from the live state: ``groups`` is the shard's ``{group_id: ClassicGroup}``."""
         if self._m is None:
             return
+        for gone in set(self._generations) - set(groups):
+            del self._generations[gone]
         by_state = Counter(g.state.value for g in groups.values())
         for state in ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead"):
             self.groups.set(by_state.get(state, 0), {"state": state})

@@ -33,7 +33,7 @@ from raygroups.actors.metrics import METRICS_INTERVAL_S, ShardMetrics
 from raygroups.actors.partition_writer import AppendFailed, LocalWriter, PartitionWriter, ReplicatedWriter
 from raygroups.actors.replication import MAINTENANCE_INTERVAL_S, LeaderReplication
 from raygroups.actors.timers import AsyncioTimers, WallClock
-from raygroups.coordinator.api import dispatch, error_response
+from raygroups.coordinator.api import dispatch, error_response, validate_request
 from raygroups.coordinator.config import CoordinatorConfig
 from raygroups.coordinator.errors import Errors, map_append_error
 from raygroups.coordinator.messages import OffsetCommitRequest, OffsetCommitResponse
@@ -251,6 +251,10 @@ class CoordinatorShard:
     async def handle(self, request: Any) -> Any:
         """Answer one request of the group API (a validated request object of ``coordinator``)."""
         self._ensure_started()
+        try:
+            request = validate_request(request, self.config.message_max_bytes)
+        except (TypeError, ValueError):
+            return await self._dispatch(request)  # answered INVALID_REQUEST (or raised) there, nothing done
         active = self._ctx.state is PartitionState.ACTIVE
         if active and not self._writer.may_serve():
             return error_response(request, Errors.NOT_COORDINATOR)

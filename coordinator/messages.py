@@ -294,7 +294,9 @@ def validate_join_group(req: JoinGroupRequest, max_metadata_bytes: int) -> JoinG
     if total > max_metadata_bytes:
         raise ValueError(f"protocols metadata is {total} bytes, more than message.max.bytes ({max_metadata_bytes})")
     rebalance = req.rebalance_timeout_ms
-    if rebalance == -1:  # JoinGroup v0 semantics: the session timeout doubles as rebalance timeout
+    if rebalance == -1 and req.session_timeout_ms >= -1:
+        # JoinGroup v0 semantics: the session timeout doubles as rebalance timeout. (A session timeout below
+        # -1 is left to the coordinator's INVALID_SESSION_TIMEOUT, and keeps this check idempotent.)
         rebalance = req.session_timeout_ms
     return JoinGroupRequest(
         req.group_id, req.member_id, req.protocol_type, tuple(protocols), req.session_timeout_ms, rebalance,

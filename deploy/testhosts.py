@@ -139,21 +139,11 @@ exec /usr/sbin/sshd -D -f {h.dir}/sshd_config -E {h.dir}/sshd.log
 
 
 def _host_pids(h: Host) -> list[int]:
-    """This machine's PIDs of the host's PID 1 (its sshd) and of the ``unshare`` holding it, found by the
-    host's init script or sshd config in their command lines (the PID file sshd writes holds its PID inside
-    the host's namespace, useless out here)."""
-    marks = (str(h.dir / "init.sh").encode(), str(h.dir / "sshd_config").encode())
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if any(m in cmdline for m in marks):
-            pids.append(int(entry.name))
-    return sorted(pids)
+    """This machine's PIDs of every process of the host: those in its network namespace (the ``unshare``
+    that holds it, its sshd -- PID 1 inside -- and whatever runs there). The PIDs sshd would write are
+    those inside the host's PID namespace, useless out here."""
+    done = sh("ip", "netns", "pids", h.name, check=False, quiet=True)
+    return sorted(int(p) for p in done.stdout.split()) if done.returncode == 0 else []
 
 
 def _running(h: Host) -> bool:
@@ -179,7 +169,7 @@ def stop(h: Host, timeout_s: float = 30) -> None:
     the host's PID namespace (Ray included), as a crash would. Its disk (the home overlay) stays."""
     for pid in _host_pids(h):
         try:
-            os.kill(pid, signal.SIGKILL)  # unshare ignores SIGTERM; its child, the host's PID 1, does not
+            os.kill(pid, signal.SIGKILL)  # the host's PID 1 among them: the kernel ends the rest of the host
         except ProcessLookupError:
             pass
     deadline = time.monotonic() + timeout_s
@@ -261,8 +251,10 @@ def leftovers() -> list[str]:
     left += [f"link {n}" for n in [BRIDGE, *(h.veth for h in HOSTS)]
              if sh("ip", "link", "show", n, check=False, quiet=True).returncode == 0]
     left += [f"processes of {h.name}: {_host_pids(h)}" for h in HOSTS if _running(h)]
+    # A host whose namespace name is gone but whose processes live on: its unshare or sshd names its files.
     ps = sh("ps", "-eo", "pid,args").stdout.splitlines()
-    left += [f"process {line.strip()}" for line in ps if str(WORK) in line and "ps -eo" not in line]
+    left += [f"process {line.strip()}" for line in ps
+             if any(f"{h.dir}/{f}" in line for h in HOSTS for f in ("init.sh", "sshd_config"))]
     return left
 
 

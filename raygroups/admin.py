@@ -183,19 +183,14 @@ def parse_datetime_ms(text: str) -> int:
     return int(when.timestamp() * 1000)
 
 
-def _target_partitions(specs: list[TopicSpec], topics: dict[str, int], source: Source | None,
-                       committed: dict[tuple[str, int], int]) -> list[tuple[str, int]]:
-    known = dict(source.topics()) if source is not None else {}
-    known.update(topics)
+def _target_partitions(specs: list[TopicSpec], topics: dict[str, int]) -> list[tuple[str, int]]:
+    """The partitions ``specs`` name, checked against the deployment's topic registry: commits to anything
+    else are refused per partition (UNKNOWN_TOPIC_OR_PARTITION), so a reset naming it would half-apply."""
     out: list[tuple[str, int]] = []
     for spec in specs:
-        count = known.get(spec.topic)
+        count = topics.get(spec.topic)
         if count is None:
-            ours = sorted(p for t, p in committed if t == spec.topic)
-            if not ours:
-                raise AdminError(f"topic {spec.topic!r} is not registered, not in the source and has no committed "
-                                 f"offsets in this group")
-            count = ours[-1] + 1
+            raise AdminError(f"topic {spec.topic!r} is not registered in this deployment (cluster.create_topic)")
         partitions = range(count) if spec.partitions is None else spec.partitions
         for p in partitions:
             if p >= count:
@@ -223,10 +218,12 @@ def plan_reset(client: Any, group: str, specs: list[TopicSpec], strategy: ResetS
     if strategy.kind in ("latest", "datetime") and source is None:
         raise AdminError(f"--to-{strategy.kind} needs the topics' data: pass --source MODULE:ATTR")
     plan = []
-    for topic, p in _target_partitions(specs, topics, source, committed):
+    for topic, p in _target_partitions(specs, topics):
         current = committed.get((topic, p))
         low = _start_offset(source, topic, p) if source is not None else 0
         high = _end_offset(source, topic, p)
+        if high is None and strategy.kind in ("latest", "datetime"):
+            raise AdminError(f"--to-{strategy.kind}: the source has no data for {topic}:{p}")
         match strategy.kind:
             case "earliest":
                 new = low
@@ -275,10 +272,11 @@ def delete_offsets(client: Any, group: str, specs: list[TopicSpec], topics: dict
     described = _described(client, group)
     if described.group_state == GroupState.DEAD.value and not committed:
         raise AdminError(f"consumer group {group!r} does not exist")
-    partitions = _target_partitions(specs, topics, None, committed)
+    partitions = _target_partitions(specs, topics)
     response = _result(client.delete_offsets(group_id=group, partitions=partitions))
+    # A request that failed as a whole (NON_EMPTY_GROUP, the coordinator unavailable) failed every partition.
     return {"error": response.error.name,
-            "partitions": {tp: (response.errors.get(tp, Errors.NONE)).name for tp in partitions}}
+            "partitions": {tp: response.errors.get(tp, response.error).name for tp in partitions}}
 
 
 # --- deployment health -------------------------------------------------------------------------------

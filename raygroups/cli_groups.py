@@ -45,10 +45,14 @@ def _connect(address: str, namespace: str):
 
 def _run(fn, *args: Any) -> Any:
     """Call ``fn``; an ``AdminError`` or a connection problem is one sentence and exit 1."""
+    import ray.exceptions
+
     try:
         return fn(*args)
     except (AdminError, *_ERRORS) as e:
         _fail(e)
+    except ray.exceptions.RayError as e:  # an actor of the deployment died or restarts under the call
+        _fail(RuntimeError(f"the deployment did not answer ({type(e).__name__}); try again"))
 
 
 def _echo_json(value: Any) -> None:

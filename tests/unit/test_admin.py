@@ -140,7 +140,7 @@ def test_reset_to_datetime_uses_the_sources_offsets_for_times(ctx):
 
 @pytest.mark.parametrize("specs, strategy, src, message", [
     ([TopicSpec(TOPIC, (3,))], ResetStrategy("offset", 1), None, "has 3 partition\\(s\\) \\(0..2\\); partition 3"),
-    ([TopicSpec("nope", None)], ResetStrategy("offset", 1), None, "topic 'nope' is not registered"),
+    ([TopicSpec("nope", None)], ResetStrategy("offset", 1), None, "topic 'nope' is not registered in this deployment"),
     ([TopicSpec(TOPIC, (1,))], ResetStrategy("shift", 1), None, "cannot shift the offset of orders:1"),
     ([TopicSpec(TOPIC, (0,))], ResetStrategy("latest"), None, "--to-latest needs the topics' data"),
     ([TopicSpec(TOPIC, (0,))], ResetStrategy("offset", -1), None, "--to-offset must be >= 0, got -1"),
