@@ -254,7 +254,7 @@ class CoordinatorShard:
         try:
             request = validate_request(request, self.config.message_max_bytes)
         except (TypeError, ValueError):
-            return await self._dispatch(request)  # answered INVALID_REQUEST (or raised) there, nothing done
+            return await self._dispatch(request, validated=False)  # INVALID_REQUEST (or raised) there
         active = self._ctx.state is PartitionState.ACTIVE
         if active and not self._writer.may_serve():
             return error_response(request, Errors.NOT_COORDINATOR)
@@ -265,14 +265,15 @@ class CoordinatorShard:
         self._metrics.on_response(request, response)
         return response
 
-    async def _dispatch(self, request: Any) -> Any:
+    async def _dispatch(self, request: Any, validated: bool = True) -> Any:
+        """``validated``: ``handle`` checked it already (once per request on this path)."""
         future = asyncio.get_running_loop().create_future()
 
         def sink(value: Any) -> None:
             if not future.done():
                 future.set_result(value)
 
-        dispatch(self._runtime, request, sink)
+        dispatch(self._runtime, request, sink, validated)
         return await future
 
     async def _commit_known_topics(self, req: OffsetCommitRequest) -> OffsetCommitResponse:

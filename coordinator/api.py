@@ -192,12 +192,13 @@ def response_errors(response: Any) -> list[Errors]:
     return errors
 
 
-def dispatch(runtime: CoordinatorRuntime, request: Any, sink: Sink) -> None:
+def dispatch(runtime: CoordinatorRuntime, request: Any, sink: Sink, validated: bool = False) -> None:
     """Answer ``request`` through ``sink`` (at once for pre-check failures, else when durable). A malformed
     request changes nothing and is answered INVALID_REQUEST, as Kafka's broker answers a request it cannot
-    parse against its schema."""
+    parse against its schema. ``validated``: the caller already passed it through ``validate_request``."""
     try:
-        request = validate_request(request, runtime.config.message_max_bytes)
+        if not validated:
+            request = validate_request(request, runtime.config.message_max_bytes)
     except (TypeError, ValueError) as invalid:
         try:
             response = error_response(request, Errors.INVALID_REQUEST)
