@@ -36,6 +36,8 @@ _PROPERTIES: dict[str, _Prop] = {
     "group.max.session.timeout.ms": _Prop("group_max_session_timeout_ms", 0, _INT_MAX),
     "group.initial.rebalance.delay.ms": _Prop("group_initial_rebalance_delay_ms", 0, _INT_MAX),
     "group.max.size": _Prop("group_max_size", 1, _INT_MAX),
+    "group.classic.max.groups": _Prop("group_classic_max_groups", 1, _INT_MAX),
+    "group.classic.max.pending.members": _Prop("group_classic_max_pending_members", 1, _INT_MAX),
     "group.classic.new.member.join.timeout.ms": _Prop("group_new_member_join_timeout_ms", 1, _INT_MAX),
     "group.coordinator.append.linger.ms": _Prop("group_coordinator_append_linger_ms", 0, _INT_MAX),
     "delete.retention.ms": _Prop("delete_retention_ms", 0, _LONG_MAX),
@@ -64,6 +66,12 @@ class CoordinatorConfig:
     group_max_session_timeout_ms: int = 1_800_000
     group_initial_rebalance_delay_ms: int = 3_000
     group_max_size: int = _INT_MAX
+    # Not Kafka's: the classic coordinator bounds neither. Limits per coordinator shard that protect its
+    # memory from a client creating groups (JoinGroup, simple commits) or KIP-394 pending member ids
+    # without end; the first follows ``group.share.max.groups`` (KIP-932, KAFKA-19024), also applied per
+    # shard there and answered with GROUP_MAX_SIZE_REACHED.
+    group_classic_max_groups: int = 100_000
+    group_classic_max_pending_members: int = 100_000
     group_new_member_join_timeout_ms: int = 300_000
     group_coordinator_append_linger_ms: int = 5
     delete_retention_ms: int = 86_400_000

@@ -144,6 +144,8 @@ class ClassicGroup:
         self.members: dict[str, Member] = {}
         self.static_members: dict[str, str] = {}
         self.pending_members: set[str] = set()
+        # Told +1/-1 as pending ids come and go (the shard's count behind group.classic.max.pending.members).
+        self.on_pending_change: Callable[[int], None] | None = None
         self.pending_sync_members: set[str] = set()
         self.num_awaiting_join = 0
         self.new_member_added = False
@@ -184,7 +186,18 @@ class ClassicGroup:
     def add_pending_member(self, member_id: str) -> None:
         if member_id in self.members:
             raise IllegalStateError(f"pending member {member_id} is already a member of {self.group_id}")
-        self.pending_members.add(member_id)
+        if member_id not in self.pending_members:
+            self.pending_members.add(member_id)
+            self._pending_changed(+1)
+
+    def _discard_pending(self, member_id: str) -> None:
+        if member_id in self.pending_members:
+            self.pending_members.discard(member_id)
+            self._pending_changed(-1)
+
+    def _pending_changed(self, delta: int) -> None:
+        if self.on_pending_change is not None:
+            self.on_pending_change(delta)
 
     def static_member_id(self, instance_id: str) -> str | None:
         return self.static_members.get(instance_id)
@@ -207,7 +220,7 @@ class ClassicGroup:
         member.await_join = await_join
         if await_join is not None:
             self.num_awaiting_join += 1
-        self.pending_members.discard(member.member_id)
+        self._discard_pending(member.member_id)
 
     def remove(self, member_id: str) -> Member | None:
         member = self.members.pop(member_id, None)
@@ -219,7 +232,7 @@ class ClassicGroup:
                 self.static_members.pop(member.group_instance_id, None)
         if self.is_leader(member_id):
             self.leader_id = next(iter(self.members), None)
-        self.pending_members.discard(member_id)
+        self._discard_pending(member_id)
         self.pending_sync_members.discard(member_id)
         return member
 

@@ -61,6 +61,8 @@ class GroupCoordinatorShard(RebalanceMixin, OffsetsMixin):
         self._run_timer = run_timer
         self.state = DurableState()
         self.groups: dict[str, ClassicGroup] = {}
+        # KIP-394 pending member ids of the groups in ``self.groups`` (group.classic.max.pending.members).
+        self.pending_member_count = 0
 
     # ------------------------------------------------------------------------------------------
     # Operation plumbing (used by the runtime)
@@ -110,11 +112,35 @@ class GroupCoordinatorShard(RebalanceMixin, OffsetsMixin):
         if group is not None:
             return group, False
         group = ClassicGroup(group_id, self.now_ms)
-        self.groups[group_id] = group
+        self._adopt_group(group)
         return group, True
 
-    def _drop_group(self, group_id: str) -> None:
+    def _adopt_group(self, group: ClassicGroup) -> None:
+        """Put ``group`` in ``self.groups`` (in place of any other under its id) and count its pending ids."""
+        if self.groups.get(group.group_id, group) is not group:
+            self._release_group(group.group_id)
+        self.groups[group.group_id] = group
+        self.pending_member_count += len(group.pending_members)
+        group.on_pending_change = self._count_pending
+
+    def _release_group(self, group_id: str) -> ClassicGroup | None:
+        """Take a group out of ``self.groups``; its pending ids stop counting (a group kept aside for a
+        revert counts again when ``_adopt_group`` brings it back)."""
         group = self.groups.pop(group_id, None)
+        if group is not None:
+            group.on_pending_change = None
+            self.pending_member_count -= len(group.pending_members)
+        return group
+
+    def _count_pending(self, delta: int) -> None:
+        self.pending_member_count += delta
+
+    def at_group_limit(self) -> bool:
+        """No room for one more group on this shard (group.classic.max.groups)."""
+        return len(self.groups) >= self.config.group_classic_max_groups
+
+    def _drop_group(self, group_id: str) -> None:
+        group = self._release_group(group_id)
         if group is None:
             return
         self.timers.cancel(join_key(group_id))
@@ -137,6 +163,9 @@ class GroupCoordinatorShard(RebalanceMixin, OffsetsMixin):
         if group is None:
             if not is_unknown_member:
                 respond.complete(JoinGroupResponse(Errors.UNKNOWN_MEMBER_ID, member_id=req.member_id))
+                return Result()
+            if self.at_group_limit():
+                respond.complete(JoinGroupResponse(Errors.GROUP_MAX_SIZE_REACHED, member_id=UNKNOWN_MEMBER_ID))
                 return Result()
             group, _ = self._get_or_create_group(req.group_id)
         if not self._accept_joining_member(group, req.member_id):
@@ -204,6 +233,11 @@ class GroupCoordinatorShard(RebalanceMixin, OffsetsMixin):
             return self._add_member_and_rebalance(req, group, new_member_id, respond)
         if req.require_known_member_id:
             # KIP-394: hand out an id, remember it as pending; the member joins with it next time.
+            if self.pending_member_count >= self.config.group_classic_max_pending_members:
+                # The shard holds as many pending ids as it may: retriable, since each expires after its
+                # session timeout; the client rediscovers the coordinator and joins again after a backoff.
+                respond.complete(JoinGroupResponse(Errors.COORDINATOR_NOT_AVAILABLE, member_id=UNKNOWN_MEMBER_ID))
+                return Result()
             group.add_pending_member(new_member_id)
             self._schedule(
                 heartbeat_key(group.group_id, new_member_id),

@@ -52,6 +52,8 @@ class OffsetsMixin:
                 # v8 and older: an unknown group with a generation is ILLEGAL_GENERATION.
                 return Result(response=OffsetCommitResponse({tp: Errors.ILLEGAL_GENERATION for tp in req.offsets}))
             # A "simple" group: manual assignment or admin commits (generation -1) create it Empty.
+            if self.at_group_limit():
+                return Result(response=OffsetCommitResponse({tp: Errors.GROUP_MAX_SIZE_REACHED for tp in req.offsets}))
             group, created = self._get_or_create_group(req.group_id)
         try:
             group.validate_offset_commit(req.member_id, req.group_instance_id, req.generation_id)
@@ -147,7 +149,7 @@ class OffsetsMixin:
         is kept aside until the operation's outcome is known; ``_materialize_group`` (which the revert
         path calls) puts it back. Timers of a removed group find no group when they fire and do nothing."""
         self._groups_removed_by_operation()[group.group_id] = group
-        self.groups.pop(group.group_id, None)
+        self._release_group(group.group_id)
 
     def _groups_removed_by_operation(self) -> dict[str, ClassicGroup]:
         """Groups removed by the latest DeleteGroups / expiration run (cleared when the next one starts)."""
@@ -245,14 +247,14 @@ class OffsetsMixin:
         removed = self._groups_removed_by_operation().pop(group_id, None)
         if removed is not None:
             # The append of this operation's deletion failed: the very same group object comes back.
-            self.groups[group_id] = removed
+            self._adopt_group(removed)
             return Result()
         value = self.state.groups.get(group_id)
         if value is None:
             group = ClassicGroup(group_id, self.now_ms)
         else:
             group = ClassicGroup.from_metadata_value(group_id, value, self.now_ms)
-        self.groups[group_id] = group
+        self._adopt_group(group)
         for member in group.members.values():
             self._reschedule_heartbeat(group, member)
         if group.num_members > self.config.group_max_size:

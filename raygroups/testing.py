@@ -265,6 +265,14 @@ class InProcessCoordinator(GroupApi):
         elif ctx.shard is not None:
             ctx.state = PartitionState.ACTIVE
 
+    @_locked
+    def pending_member_count_for_testing(self, partition: int) -> tuple[int, int]:
+        """(the shard's running count of KIP-394 pending ids, the same counted group by group)."""
+        shard = self._runtime.contexts[partition].shard
+        if shard is None:
+            return 0, 0
+        return shard.pending_member_count, sum(len(g.pending_members) for g in shard.groups.values())
+
     def group_for_testing(self, group_id: str) -> ClassicGroup | None:
         ctx = self._runtime.contexts[self._runtime.partition_for(group_id)]
         return None if ctx.shard is None else ctx.shard.groups.get(group_id)

@@ -243,6 +243,11 @@ class ProtocolMachine(RuleBasedStateMachine):
         assert self.coord._runtime.last_exception is None, repr(self.coord._runtime.last_exception)
 
     @invariant()
+    def pending_member_count_is_exact(self):
+        count, recount = self.coord.pending_member_count_for_testing(0)
+        assert count == recount
+
+    @invariant()
     def replay_equals_live_state(self):
         self.ctx.assert_replay_matches()
 
