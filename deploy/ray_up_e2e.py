@@ -8,7 +8,8 @@ a head and three coordinator nodes. Root only; about ten minutes here.
 3. through Ray client from this machine (``raygroups.connect("ray://<head>:10001")``, token auth): the demo
    workload -- a ``ConsumerGroup`` of consumer actors works through a synthetic topic and commits as it
    goes -- plus plain commits of many groups; every committed offset is checked; the operator's commands
-   (``raygroups status``, ``groups list``, ``groups describe``) run against it with ``--address ray://...``;
+   (``raygroups status``, ``groups list``, ``groups describe``, ``offsets reset``, ``offsets delete``,
+   ``groups delete``) run against it with ``--address ray://...``;
 4. the coordinator host that leads the most partitions is powered off: the partitions fail over, every
    committed offset is still there and new commits succeed; the host is powered on again and rejoins under
    its name (Ray's autoscaler restarts Ray on it), back in the in-sync replicas;
@@ -144,7 +145,7 @@ def client_phase(run: Run, phase: str, *args: str, timeout_s: float = 600) -> di
 
 def operator_cli(run: Run, *args: str) -> tuple[int, object]:
     """``raygroups ARGS --address ray://<head>:10001 --json`` from this machine, as an operator would run it;
-    (exit code, parsed JSON)."""
+    (exit code, parsed JSON), or (exit code, the sentence on stderr) for a command that failed."""
     done = subprocess.run([str(Path(sys.executable).parent / "raygroups"), *args, "--address", CLIENT_ADDRESS,
                            "--json"], env=launcher_env(), capture_output=True, text=True, timeout=300)
     (run.out / f"cli-{args[0]}-{args[1] if len(args) > 1 else ''}-{len(run.timings)}.log").write_text(
@@ -152,6 +153,8 @@ def operator_cli(run: Run, *args: str) -> tuple[int, object]:
     try:
         return done.returncode, json.loads(done.stdout)
     except json.JSONDecodeError:
+        if done.returncode != 0 and done.stderr.strip():
+            return done.returncode, done.stderr.strip()
         raise RuntimeError(f"raygroups {' '.join(args)} printed no JSON ({done.returncode}): "
                            f"{done.stderr.strip()[-1000:]}") from None
 
@@ -167,6 +170,41 @@ def check_operator_view(run: Run, expect_offline: bool = False) -> dict:
     return {"status_exit": status_exit, "partitions": status["num_partitions"],
             "under_replicated": len(status["under_replicated_partitions"]), "groups": len(groups),
             "groups_by_state": status["groups_by_state"]}
+
+
+def operator_writes(run: Run, expected_file: str) -> dict:
+    """The operator's writing commands against the deployment (each on a group of its own), and the
+    acknowledged offsets they leave, which the later checks then hold the deployment to: a reset
+    previewed (nothing changes) then executed, one partition's offsets deleted, a group deleted, and
+    bad input refused with exit 1."""
+    expected = json.loads(Path(expected_file).read_text())
+    code, preview = operator_cli(run, "offsets", "reset", "plain-0", "--topic", "orders", "--to-offset", "50",
+                                 "--dry-run")
+    assert code == 0 and {r["new_offset"] for r in preview["partitions"]} == {50}, preview
+    code, described = operator_cli(run, "groups", "describe", "plain-0", "--offsets")
+    assert code == 0 and {o["current_offset"] for o in described[0]["offsets"]} == {300}, described
+    code, reset = operator_cli(run, "offsets", "reset", "plain-0", "--topic", "orders:0,1,2", "--to-offset", "50",
+                               "--execute")
+    assert code == 0 and len(reset["partitions"]) == 3, reset
+    expected["plain-0"].update({f"orders:{p}": 50 for p in range(3)})
+    code, shifted = operator_cli(run, "offsets", "reset", "plain-3", "--topic", "orders", "--shift-by", "-300",
+                                 "--execute")
+    assert code == 0, shifted
+    expected["plain-3"] = {tp: o - 300 for tp, o in expected["plain-3"].items()}
+    code, deleted = operator_cli(run, "offsets", "delete", "plain-1", "--topic", "orders:0")
+    assert code == 0, deleted
+    del expected["plain-1"]["orders:0"]
+    code, gone = operator_cli(run, "groups", "delete", "plain-2")
+    assert code == 0, gone
+    expected["plain-2"] = {}
+    refused = [operator_cli(run, *bad)[0] for bad in (
+        ("offsets", "reset", "orders-app", "--topic", "orders", "--to-offset", "-5", "--execute"),
+        ("offsets", "reset", "no-such-group", "--topic", "orders", "--to-earliest", "--execute"),
+    )]
+    assert refused == [1, 1], refused
+    Path(expected_file).write_text(json.dumps(expected, sort_keys=True))
+    return {"reset": 3, "shifted": len(expected["plain-3"]), "offsets_deleted": 1, "groups_deleted": 1,
+            "refused": len(refused)}
 
 
 def _wait(condition, timeout_s: float, what: str, interval_s: float = 1.0):
@@ -355,6 +393,9 @@ def main(argv: list[str] | None = None) -> int:
         run.facts["cli"] = run.step("raygroups status / groups list / groups describe through Ray client",
                                     check_operator_view, run)
         run.say(f"  {run.facts['cli']}")
+        run.facts["cli_writes"] = run.step("raygroups offsets reset / offsets delete / groups delete, bad input",
+                                           operator_writes, run, expected)
+        run.say(f"  {run.facts['cli_writes']}")
         leaders = run.facts["workload"]["leaders"]
         victim = testhosts.by_name(max((n for n in leaders if n), key=lambda n: leaders[n]))
         run.step(f"power off {victim.name}", testhosts.stop, victim)
