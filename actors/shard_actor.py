@@ -265,6 +265,24 @@ class CoordinatorShard:
         self._metrics.on_response(request, response)
         return response
 
+    async def handle_batch(self, requests: list) -> list:
+        """Answer several requests of the group API in one call (the client's coalescing): each exactly as
+        ``handle`` would, in the list's order, with its own response; the call returns when all are
+        answered. A batch that is not a list of at most ``client.max.batch.requests`` requests is refused
+        whole (``TypeError``/``ValueError``), before any of them is looked at."""
+        if type(requests) is not list:
+            raise TypeError(f"handle_batch takes a list of requests, got {type(requests).__name__}")
+        limit = self.config.client_max_batch_requests
+        if not 1 <= len(requests) <= limit:
+            raise ValueError(f"handle_batch takes 1 to {limit} requests (client.max.batch.requests), "
+                             f"got {len(requests)}")
+        # Each handle() runs up to its dispatch before the next one starts (tasks start in creation order
+        # and none awaits before dispatching), so the runtime sees the requests in the list's order and
+        # the commits among them join one open batch: one append and one fsync.
+        # A request too malformed to be answered comes back as its exception, in its place: the others are
+        # answered as usual.
+        return list(await asyncio.gather(*(self.handle(r) for r in requests), return_exceptions=True))
+
     async def _dispatch(self, request: Any, validated: bool = True) -> Any:
         """``validated``: ``handle`` checked it already (once per request on this path)."""
         future = asyncio.get_running_loop().create_future()

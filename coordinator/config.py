@@ -47,6 +47,8 @@ _PROPERTIES: dict[str, _Prop] = {
     "request.timeout.ms": _Prop("request_timeout_ms", 1, _INT_MAX),
     "log.flush.interval.ms": _Prop("log_flush_interval_ms", 0, _LONG_MAX),
     "unclean.leader.election.enable": _Prop("unclean_leader_election_enable", 0, 1, boolean=True),
+    "client.linger.ms": _Prop("client_linger_ms", 0, 1_000),
+    "client.max.batch.requests": _Prop("client_max_batch_requests", 1, 1_000),
 }
 
 
@@ -86,6 +88,12 @@ class CoordinatorConfig:
     # until one returns. True elects any live replica instead: available sooner, but the commits and
     # group states it had not replicated are lost (the other replicas are truncated to its log).
     unclean_leader_election_enable: bool = False
+    # The Ray client's request coalescing (``raygroups.client``; after the producer's linger.ms and
+    # batch.size): how long a request may wait for others bound for its shard before the call leaves
+    # (0: only what is issued together, or while the lane's previous call is in flight), and the most
+    # requests one call carries (1: every request is a call of its own).
+    client_linger_ms: int = 0
+    client_max_batch_requests: int = 1_000
 
     def __post_init__(self) -> None:
         for name, prop in _PROPERTIES.items():

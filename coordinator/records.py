@@ -9,6 +9,7 @@ record type, as Kafka's key version does (OffsetCommit = 1, GroupMetadata = 2); 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,8 +19,10 @@ class OffsetCommitKey:
     partition: int
 
 
-@dataclass(frozen=True, slots=True)
-class OffsetCommitValue:
+class OffsetCommitValue(NamedTuple):
+    """A committed offset. A named tuple rather than a dataclass: a shard holds one per committed
+    partition, and loading a log builds millions of them (``tuple.__new__`` on the decoded fields)."""
+
     offset: int
     leader_epoch: int  # -1 = no leader epoch
     metadata: str

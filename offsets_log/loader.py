@@ -28,7 +28,6 @@ from raygroups.coordinator.state import DurableState
 from raygroups.offsets_log.codec import (
     FLAG_TOMBSTONES,
     FORMAT,
-    OFFSET_COMMIT_VALUE_VERSIONS,
     RecordFormatError,
     decode_group_metadata_value,
     decode_key_fields,
@@ -164,21 +163,34 @@ def _install(last: dict, presence: GroupPresence, state: DurableState) -> None:
     offsets = state.offsets
     groups = state.groups
     oc_value = decode_offset_commit_value
+    new_value = tuple.__new__
     ocv = OffsetCommitValue
     oc_type = OFFSET_COMMIT_KEY_TYPE
-    oc_fields = OFFSET_COMMIT_VALUE_VERSIONS.get
-    for kb, value in last.items():
-        if value is None:
-            continue
-        fields = unpackb(kb, use_list=False)
+    no_expiry = (None,)
+    keys = list(last)
+    values = list(last.values())
+    if None in values:  # tombstones left nothing behind
+        keys = [k for k, v in zip(keys, values, strict=True) if v is not None]
+        values = [v for v in values if v is not None]
+    # Every surviving key decoded in one call: the keys laid end to end behind one array header.
+    all_fields = unpackb(b"\xdd" + len(keys).to_bytes(4, "big") + b"".join(keys), use_list=False)
+    if len(all_fields) != len(keys):
+        raise RecordFormatError("a record key is not one msgpack value")
+    current_group = None
+    by_tp: dict = {}
+    for fields, value in zip(all_fields, values, strict=True):
         if fields[0] == oc_type:
             group = fields[1]
-            by_tp = offsets.get(group)
-            if by_tp is None:
-                by_tp = offsets[group] = {}
-            # Inlined decode_offset_commit_value for the versions it knows (v0 gets expire=None by default).
-            if type(value) is tuple and value and oc_fields(value[0]) == len(value) - 1:
-                by_tp[(fields[2], fields[3])] = ocv(*value[1:])
+            if group != current_group:
+                by_tp = offsets.get(group)
+                if by_tp is None:
+                    by_tp = offsets[group] = {}
+                current_group = group
+            # Inlined decode_offset_commit_value for the two versions (v0 has no expire timestamp).
+            if type(value) is tuple and len(value) == 5 and value[0] == 0:
+                by_tp[(fields[2], fields[3])] = new_value(ocv, value[1:] + no_expiry)
+            elif type(value) is tuple and len(value) == 6 and value[0] == 1:
+                by_tp[(fields[2], fields[3])] = new_value(ocv, value[1:])
             else:
                 by_tp[(fields[2], fields[3])] = oc_value(value)
             continue

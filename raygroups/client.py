@@ -8,6 +8,24 @@ retriable coordinator errors (``COORDINATOR_LOAD_IN_PROGRESS``, ``NOT_COORDINATO
 (JoinGroup: ``max(request.timeout.ms, rebalance_timeout_ms + 5000)``, as Kafka's client), then
 surfaced. Ray exceptions never reach the caller.
 
+Coalescing: requests bound for one shard are merged into one Ray call (``handle_batch``) when they are
+issued close together, as Kafka's producer fills a batch per partition while one is in flight
+(``linger.ms``, ``batch.size``). The shard answers each one separately, exactly as a single call
+would; what may merge (a *lane*):
+
+* Heartbeat and OffsetFetch of any groups of a shard (they never park): one call in flight per lane,
+  what arrives meanwhile goes in the next call -- so batches grow with the load, and a quiet client's
+  request leaves at once (after ``client.linger.ms``, 0 by default);
+* OffsetCommit of any groups of a shard: a lane of its own, so that a heartbeat never waits for a
+  commit's append in the same call (no head-of-line blocking);
+* JoinGroup and SyncGroup, which the shard may park until a rebalance completes, only with requests of
+  the same group and kind that complete together (first joins that get a member id, rejoins, syncs),
+  with no limit on calls in flight, so a parked batch never holds back the request that completes it;
+* everything else is sent alone.
+
+Order is kept per lane (so per member and kind); each request keeps its own deadline and retries; a
+batch call that fails in Ray fails each of its requests with ``NOT_COORDINATOR``, as a single call would.
+
 Thread-safe: calls are submitted to one private asyncio loop thread; every method returns a
 ``concurrent.futures.Future``.
 """
@@ -32,7 +50,15 @@ from raygroups.coordinator.api import (
 )
 from raygroups.coordinator.config import CoordinatorConfig
 from raygroups.coordinator.errors import Errors
-from raygroups.coordinator.messages import JoinGroupRequest, ListGroupsResponse
+from raygroups.coordinator.messages import (
+    UNKNOWN_MEMBER_ID,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    ListGroupsResponse,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    SyncGroupRequest,
+)
 from raygroups.coordinator.partitioning import partition_for
 from raygroups.ray_seam import Directory
 
@@ -40,6 +66,33 @@ from raygroups.ray_seam import Directory
 # the cap is lower: once the new leader serves, a client notices within a quarter of a second.
 _BACKOFF_START_S = 0.02
 _BACKOFF_MAX_S = 0.25
+# Most requests one batch call carries (the shard refuses more: ``MAX_BATCH_REQUESTS`` there).
+MAX_BATCH_REQUESTS = 1_000
+
+
+def lane_of(request: Any, partition: int) -> tuple | None:
+    """The lane a request may merge in (see the module docstring), or None to send it alone.
+    ``(partition, kind, group, one_in_flight)``."""
+    kind = type(request)
+    if kind is HeartbeatRequest or kind is OffsetFetchRequest:
+        return (partition, "read", None, True)
+    if kind is OffsetCommitRequest:
+        return (partition, "commit", None, True)
+    if kind is JoinGroupRequest:
+        first = request.member_id == UNKNOWN_MEMBER_ID and request.group_instance_id is None
+        return (partition, "join-first" if first else "join", request.group_id, False)
+    if kind is SyncGroupRequest:
+        return (partition, "sync", request.group_id, False)
+    return None
+
+
+class _Lane:
+    __slots__ = ("queue", "in_flight", "scheduled")
+
+    def __init__(self) -> None:
+        self.queue: list[tuple[Any, asyncio.Future]] = []
+        self.in_flight = 0
+        self.scheduled = False
 
 
 class RayGroupClient(GroupApi):
@@ -47,6 +100,10 @@ class RayGroupClient(GroupApi):
         self.namespace = namespace
         self.num_partitions = num_partitions
         self.config = config
+        self._linger_s = config.client_linger_ms / 1000.0
+        self._max_batch = config.client_max_batch_requests
+        self._lanes: dict[tuple, _Lane] = {}
+        self.batch_stats = {"calls": 0, "requests": 0}
         self._handles: dict[int, Any] = {}
         self._handles_lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
@@ -97,18 +154,85 @@ class RayGroupClient(GroupApi):
     async def _with_retries(self, partition: int, request: Any, timeout_ms: int) -> Any:
         deadline = time.monotonic() + timeout_ms / 1000.0
         backoff = _BACKOFF_START_S
+        lane = lane_of(request, partition) if self._max_batch > 1 else None
         while True:
-            try:
-                response = await self._handle(partition).handle.remote(request)
-            except (ray.exceptions.RayError, ValueError):
-                # The shard is dead, restarting or not yet named: a Kafka client sees NOT_COORDINATOR.
-                self._forget(partition)
-                response = error_response(request, Errors.NOT_COORDINATOR)
+            if lane is not None:
+                response = await self._enqueue(lane, request)
+            else:
+                response = await self._send_one(partition, request)
             errors = response_errors(response)
             if not errors or not any(e.is_coordinator_error for e in errors) or time.monotonic() >= deadline:
                 return response
             await asyncio.sleep(min(backoff, max(0.0, deadline - time.monotonic())))
             backoff = min(backoff * 2, _BACKOFF_MAX_S)
+
+    async def _send_one(self, partition: int, request: Any) -> Any:
+        try:
+            return await self._handle(partition).handle.remote(request)
+        except (ray.exceptions.RayError, ValueError):
+            # The shard is dead, restarting or not yet named: a Kafka client sees NOT_COORDINATOR.
+            self._forget(partition)
+            return error_response(request, Errors.NOT_COORDINATOR)
+
+    # --- coalescing --------------------------------------------------------------------------------
+    def _enqueue(self, key: tuple, request: Any) -> asyncio.Future:
+        lane = self._lanes.get(key)
+        if lane is None:
+            lane = self._lanes[key] = _Lane()
+        future = self._loop.create_future()
+        lane.queue.append((request, future))
+        self._schedule(key, lane)
+        return future
+
+    def _schedule(self, key: tuple, lane: _Lane) -> None:
+        if lane.scheduled or not lane.queue or (key[3] and lane.in_flight):
+            return  # a flush is due, nothing waits, or the lane's call in flight will flush on return
+        lane.scheduled = True
+        if self._linger_s > 0:
+            self._loop.call_later(self._linger_s, self._flush, key, lane)
+        else:
+            self._loop.call_soon(self._flush, key, lane)  # what this burst of submissions adds goes too
+
+    def _flush(self, key: tuple, lane: _Lane) -> None:
+        lane.scheduled = False
+        while lane.queue and not (key[3] and lane.in_flight):
+            batch, lane.queue = lane.queue[:self._max_batch], lane.queue[self._max_batch:]
+            lane.in_flight += 1
+            self._loop.create_task(self._send_batch(key, lane, batch))
+        if not lane.queue and not lane.in_flight and not lane.scheduled:
+            self._lanes.pop(key, None)
+
+    async def _send_batch(self, key: tuple, lane: _Lane, batch: list) -> None:
+        partition = key[0]
+        requests = [r for r, _ in batch]
+        try:
+            if len(requests) == 1:
+                responses = [await self._handle(partition).handle.remote(requests[0])]
+            else:
+                responses = await self._handle(partition).handle_batch.remote(requests)
+            self.batch_stats["calls"] += 1
+            self.batch_stats["requests"] += len(requests)
+        except (ray.exceptions.RayError, ValueError):
+            self._forget(partition)
+            responses = [error_response(r, Errors.NOT_COORDINATOR) for r in requests]
+        except Exception as e:  # a bug, not the shard's answer: every caller sees it rather than hang
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(e)
+            responses = None
+        finally:
+            lane.in_flight -= 1
+        for (request, future), response in zip(batch, responses or [None] * len(batch), strict=True):
+            if future.done():
+                continue
+            if isinstance(response, BaseException):
+                # The shard raised on this request alone: what a single call's RayTaskError becomes.
+                response = error_response(request, Errors.NOT_COORDINATOR)
+            future.set_result(response)
+        if lane.queue:
+            self._schedule(key, lane)
+        elif not lane.in_flight and not lane.scheduled:
+            self._lanes.pop(key, None)
 
     async def _per_group(self, request: Any) -> Any:
         by_partition: dict[int, list] = {}

@@ -1,7 +1,10 @@
 """``ConsumerGroup``: N consumer actors that process the partitions of a ``Source`` and commit offsets.
 
-Each worker actor runs one ``raygroups.Consumer`` (a real group member: join, heartbeat thread, sync,
-listener) and loops: ``poll()``, read its partitions from the source from its position, call the user's
+Each consumer actor process hosts ``members_per_process`` group members (1 by default; Kafka Streams runs
+many consumers per JVM): each member is one ``raygroups.Consumer`` (a real group member: join, heartbeat
+thread, sync, listener) with a thread of its own, and the members of a process share one client, so their
+heartbeats and commits bound for one shard travel in one Ray call (the client's coalescing). Each member
+loops: ``poll()``, read its partitions from the source from its position, call the user's
 ``process(records)``, ``seek`` past them, commit every ``commit_interval_s`` and in
 ``on_partitions_revoked`` (commit before revoke). Delivery is at-least-once: after a rebalance or a
 crash a partition resumes at its last committed offset, so nothing is skipped and a few records may be
@@ -54,13 +57,11 @@ class VerifyingProcessor:
 
 
 class ConsumerWorker:
-    """One consumer actor (a plain class; ``raygroups.ray_seam.create_worker`` makes it a Ray actor)."""
+    """One group member of a consumer actor: its Consumer, processor and loop."""
 
-    def __init__(self, namespace: str, group_id: str, topics: list[str], source: Source, processor_cls: type,
+    def __init__(self, cluster: Any, group_id: str, topics: list[str], source: Source, processor_cls: type,
                  processor_args: tuple, worker_id: int, consumer_options: dict, commit_interval_s: float,
                  max_records_per_poll: int) -> None:
-        from raygroups.cluster import connect
-
         self.worker_id = worker_id
         self.source = source
         self.processor = processor_cls(*processor_args)
@@ -72,7 +73,6 @@ class ConsumerWorker:
         self.commit_failures = 0
         self.acked: dict[tuple[str, int], int] = {}
         self.fatal: str | None = None
-        cluster = connect(namespace=namespace)
         self.consumer = Consumer(cluster, group_id, topics, listener=self, enable_auto_commit=False,
                                  client_id=f"worker-{worker_id}", **consumer_options)
 
@@ -164,19 +164,60 @@ class ConsumerWorker:
                 "processor": processor_stats}
 
 
+class ConsumerHost:
+    """One consumer actor process (a plain class; ``raygroups.ray_seam.create_worker`` makes it a Ray actor)
+    hosting ``count`` members (``ConsumerWorker``) that share one connection to the deployment."""
+
+    def __init__(self, namespace: str, group_id: str, topics: list[str], source: Source, processor_cls: type,
+                 processor_args: tuple, first_worker_id: int, count: int, consumer_options: dict,
+                 commit_interval_s: float, max_records_per_poll: int) -> None:
+        from raygroups.cluster import connect
+
+        cluster = connect(namespace=namespace)
+        self.members = [
+            ConsumerWorker(cluster, group_id, topics, source, processor_cls, processor_args, first_worker_id + i,
+                           consumer_options, commit_interval_s, max_records_per_poll)
+            for i in range(count)
+        ]
+
+    def run(self) -> list[dict]:
+        """Run every member's loop, each in a thread, until ``stop``; return their final stats."""
+        results: list[dict | None] = [None] * len(self.members)
+
+        def run_member(i: int) -> None:
+            results[i] = self.members[i].run()
+
+        threads = [threading.Thread(target=run_member, args=(i,), name=f"member-{m.worker_id}", daemon=True)
+                   for i, m in enumerate(self.members)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return [r if r is not None else m.stats() for r, m in zip(results, self.members, strict=True)]
+
+    def stop(self) -> None:
+        for m in self.members:
+            m.stop()
+
+    def stats(self) -> list[dict]:
+        return [m.stats() for m in self.members]
+
+
 class ConsumerGroup:
-    """Runs ``num_consumers`` consumer actors of group ``group_id`` over ``source``; ``scale(n)``,
-    ``stop()``, ``stats()``. Registers the source's topics with the cluster."""
+    """Runs ``num_consumers`` members of group ``group_id`` over ``source``, ``members_per_process`` of them
+    per consumer actor; ``scale(n)``, ``stop()``, ``stats()``. Registers the source's topics with the
+    cluster."""
 
     def __init__(self, processor_cls: type, cluster: Any, group_id: str, topics: list[str], source: Source,
                  num_consumers: int, *, processor_args: tuple = (), assignors=("cooperative-sticky",),
                  session_timeout_ms: int = 10_000, heartbeat_interval_ms: int = 1_000,
                  max_poll_interval_ms: int = 60_000, commit_interval_s: float = 0.5,
-                 max_records_per_poll: int = 500) -> None:
+                 max_records_per_poll: int = 500, members_per_process: int = 1) -> None:
         check_type("group_id", group_id, str)
+        check_int("members_per_process", members_per_process, 1, 1_000)
         if not isinstance(source, Source):
             raise TypeError("source must implement raygroups.Source (topics, read, end_offset)")
-        check_int("num_consumers", num_consumers, 0, 1_000)
+        check_int("num_consumers", num_consumers, 0, 100_000)
         known = source.topics()
         for t in topics:
             if t not in known:
@@ -194,55 +235,61 @@ class ConsumerGroup:
                                                 heartbeat_interval_ms=heartbeat_interval_ms,
                                                 max_poll_interval_ms=max_poll_interval_ms),
                           commit_interval_s=commit_interval_s, max_records_per_poll=max_records_per_poll)
-        self._workers: list[tuple[Any, Any]] = []  # (actor, run ref)
+        self._per_process = members_per_process
+        self._workers: list[tuple[Any, Any, int]] = []  # (actor, run ref, members it hosts)
         self._next_id = 0
         self._final_stats: list[dict] = []
         self.scale(num_consumers)
 
     @property
     def num_consumers(self) -> int:
-        return len(self._workers)
+        return sum(count for _, _, count in self._workers)
 
     def scale(self, n: int) -> None:
-        check_int("n", n, 0, 1_000)
-        while len(self._workers) < n:
-            actor = create_worker(ConsumerWorker, self.cluster.namespace, self.cluster.namespace, self.group_id,
-                                  self.topics, self.source, self._spec["processor_cls"],
-                                  self._spec["processor_args"], self._next_id, self._spec["consumer_options"],
-                                  self._spec["commit_interval_s"], self._spec["max_records_per_poll"],
-                                  resources=getattr(self.cluster, "consumer_resources", None))
-            self._next_id += 1
-            self._workers.append((actor, actor.run.remote()))
-        while len(self._workers) > n:
-            actor, run = self._workers.pop()
+        """Run ``n`` members: new ones in new processes; fewer retire whole processes, the last ones first
+        (and start the remainder anew, if a process held more than had to go)."""
+        check_int("n", n, 0, 100_000)
+        while self.num_consumers > n:
+            actor, run, _ = self._workers.pop()
             self._retire(actor, run)
+        while self.num_consumers < n:
+            count = min(self._per_process, n - self.num_consumers)
+            actor = create_worker(ConsumerHost, self.cluster.namespace, self.cluster.namespace, self.group_id,
+                                  self.topics, self.source, self._spec["processor_cls"],
+                                  self._spec["processor_args"], self._next_id, count,
+                                  self._spec["consumer_options"], self._spec["commit_interval_s"],
+                                  self._spec["max_records_per_poll"],
+                                  resources=getattr(self.cluster, "consumer_resources", None))
+            self._next_id += count
+            self._workers.append((actor, actor.run.remote(), count))
 
     def _retire(self, actor, run) -> None:
         try:
             ray.get(actor.stop.remote(), timeout=30)
-            self._final_stats.append(ray.get(run, timeout=60))
+            self._final_stats.extend(ray.get(run, timeout=60))
         except (ray.exceptions.RayError, TimeoutError) as e:
             log.warning("consumer worker did not stop cleanly: %s", e)
         ray.kill(actor, no_restart=True)
 
     def kill_consumer(self, index: int) -> None:
-        """Kill a consumer actor without a goodbye (no LeaveGroup): its partitions move only after the
-        session timeout, as when a Kafka consumer's process dies."""
-        actor, _ = self._workers.pop(index)
+        """Kill consumer actor process ``index`` (and every member it hosts) without a goodbye (no
+        LeaveGroup): its partitions move only after the session timeout, as when a Kafka consumer's
+        process dies."""
+        actor, _, _ = self._workers.pop(index)
         ray.kill(actor, no_restart=True)
 
     def stop(self) -> None:
         while self._workers:
-            actor, run = self._workers.pop()
+            actor, run, _ = self._workers.pop()
             self._retire(actor, run)
 
     def stats(self) -> dict:
         workers = []
-        for actor, _ in self._workers:
+        for actor, _, count in self._workers:
             try:
-                workers.append(ray.get(actor.stats.remote(), timeout=30))
+                workers.extend(ray.get(actor.stats.remote(), timeout=30))
             except ray.exceptions.RayError:
-                workers.append({"worker": None, "error": "unavailable"})
+                workers.extend({"worker": None, "error": "unavailable"} for _ in range(count))
         client = self.cluster.client()
         fetched = client.fetch_offsets(group_id=self.group_id).result(timeout=60)
         described = client.describe_groups([self.group_id]).result(timeout=60)[0]

@@ -56,11 +56,13 @@ def _check_nothing_skipped(stats_list, committed):
 
 
 def test_three_groups_of_four_cooperative_consumers_scale_up_and_down(cluster):
+    """app-1's members run two per consumer process (sharing the process's client): scaling it down to 2
+    retires a whole process."""
     source = SyntheticSource({TOPIC: PARTITIONS}, records_per_partition=None)
     groups = [
         ConsumerGroup(VerifyingProcessor, cluster, f"app-{i}", [TOPIC], source, 4, processor_args=(source,),
                       assignors=("cooperative-sticky",), session_timeout_ms=6_000, heartbeat_interval_ms=500,
-                      max_records_per_poll=200)
+                      max_records_per_poll=200, members_per_process=2 if i == 1 else 1)
         for i in range(3)
     ]
     try:

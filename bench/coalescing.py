@@ -1,0 +1,292 @@
+"""Request coalescing (``raygroups.client``): what one shard answers when its clients merge the requests
+bound for it into one Ray call, each figure with its baseline measured in the same run.
+
+* heartbeats answered per second by one shard, members spread over ``--processes`` client processes
+  (Ray actors, each one ``RayGroupClient`` shared by its members), every member heartbeating every 3 s
+  for ``--seconds``: sustained rate, answers that were not NONE (a member expelled would show here),
+  latency p50/p99; baseline: the rate of no-op calls (``ping``) to the same shard from the same
+  processes;
+* commits per second, 64 closed-loop committers of one partition each in one process, fsync every batch:
+  coalesced against a single Ray call per commit (``client.max.batch.requests`` = 1) and against the
+  no-op call rate at the same concurrency;
+* a rebalance of 1 000 members (two-step join and sync, initial delay 0) through the client: seconds and
+  Ray calls made, coalesced and not.
+
+Writes ``bench/results/coalescing.json``. Run: ``.venv/bin/python bench/coalescing.py [--members 21000]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import os
+import platform
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import ray  # noqa: E402
+from raygroups.coordinator.errors import Errors  # noqa: E402
+
+from raygroups.chaos.run import quiet_output  # noqa: E402
+from raygroups.client import RayGroupClient  # noqa: E402
+from raygroups.cluster import connect, start_local  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+CONFIG = {"group.initial.rebalance.delay.ms": 0, "group.min.session.timeout.ms": 10,
+          "group.max.session.timeout.ms": 1_800_000}
+SESSION_MS = 30_000
+INTERVAL_S = 3.0
+
+
+def _join_args(group_id: str, member_id: str = "") -> dict:
+    return dict(group_id=group_id, member_id=member_id, protocol_type="consumer", protocols=[("range", b"")],
+                session_timeout_ms=SESSION_MS, rebalance_timeout_ms=60_000, client_id="bench")
+
+
+def join_members(client, group_id: str, n: int) -> tuple[int, list[str], float]:
+    """n dynamic members join ``group_id`` (KIP-394 two steps) and sync; (generation, member ids, seconds)."""
+    started = time.perf_counter()
+    firsts = [client.join_group(**_join_args(group_id)) for _ in range(n)]
+    ids = [f.result(120).member_id for f in firsts]
+    joins = [client.join_group(**_join_args(group_id, m)) for m in ids]
+    joined = [j.result(120) for j in joins]
+    generation = joined[0].generation_id
+    assert all(j.error is Errors.NONE and j.generation_id == generation for j in joined), joined[:3]
+    leader = joined[0].leader
+    syncs = [client.sync_group(group_id=group_id, generation_id=generation, member_id=m,
+                               assignments={x: b"" for x in ids} if m == leader else {}) for m in ids]
+    assert all(s.result(120).error is Errors.NONE for s in syncs)
+    return generation, ids, time.perf_counter() - started
+
+
+class HeartbeatDriver:
+    """A client process: its members join their groups, then heartbeat every 3 s, spread over the interval."""
+
+    def __init__(self, namespace: str, groups: list[str], members_per_group: int) -> None:
+        self.cluster = connect(namespace=namespace)
+        self.client = self.cluster.client()
+        self.groups = groups
+        self.members_per_group = members_per_group
+        self.members: list[tuple[str, int, str]] = []
+
+    def join(self) -> int:
+        for g in self.groups:
+            generation, ids, _ = join_members(self.client, g, self.members_per_group)
+            self.members.extend((g, generation, m) for m in ids)
+        return len(self.members)
+
+    def ping_rate(self, seconds: float, concurrency: int) -> float:
+        shard = self.cluster.shard(0)
+
+        async def run() -> int:
+            stop_at = time.perf_counter() + seconds
+            count = 0
+
+            async def worker() -> None:
+                nonlocal count
+                while time.perf_counter() < stop_at:
+                    await shard.ping.remote()
+                    count += 1
+
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+            return count
+
+        started = time.perf_counter()
+        count = asyncio.run(run())
+        return count / (time.perf_counter() - started)
+
+    def heartbeat(self, seconds: float, start_at: float) -> dict:
+        """Heartbeat every member every 3 s for ``seconds`` (wall clock ``start_at`` aligns the processes)."""
+        while time.time() < start_at:
+            time.sleep(0.005)
+        lock = threading.Lock()
+        answered = {"ok": 0, "errors": {}, "latencies": []}
+
+        def done(sent: float, f) -> None:
+            r = f.result()
+            with lock:
+                if r.error is Errors.NONE:
+                    answered["ok"] += 1
+                else:
+                    answered["errors"][r.error.name] = answered["errors"].get(r.error.name, 0) + 1
+                answered["latencies"].append(time.perf_counter() - sent)
+
+        n = len(self.members)
+        started = time.perf_counter()
+        sent = 0
+        tick = 0.01
+        while True:
+            elapsed = time.perf_counter() - started
+            if elapsed >= seconds:
+                break
+            due = min(int(elapsed / INTERVAL_S * n) + n // int(INTERVAL_S / tick), int(seconds / INTERVAL_S * n))
+            while sent < due:
+                g, generation, m = self.members[sent % n]
+                now = time.perf_counter()
+                f = self.client.heartbeat(group_id=g, generation_id=generation, member_id=m)
+                f.add_done_callback(lambda f, now=now: done(now, f))
+                sent += 1
+            time.sleep(tick)
+        deadline = time.perf_counter() + 60
+        while time.perf_counter() < deadline:
+            with lock:
+                if answered["ok"] + sum(answered["errors"].values()) >= sent:
+                    break
+            time.sleep(0.05)
+        took = time.perf_counter() - started
+        with lock:
+            lat = sorted(answered["latencies"])
+            return {"sent": sent, "ok": answered["ok"], "errors": dict(answered["errors"]), "seconds": took,
+                    "p50_ms": 1000 * lat[len(lat) // 2] if lat else None,
+                    "p99_ms": 1000 * lat[int(len(lat) * 0.99)] if lat else None,
+                    "calls": self.client.batch_stats["calls"], "requests": self.client.batch_stats["requests"]}
+
+
+def bench_heartbeats(cluster, processes: int, members: int, seconds: float) -> dict:
+    per_process = members // processes
+    groups_per_process = max(1, per_process // 500)
+    make = ray.remote(HeartbeatDriver).options(num_cpus=0, max_concurrency=2)
+    drivers = [make.remote(cluster.namespace, [f"hb-{i}-{g}" for g in range(groups_per_process)],
+                           per_process // groups_per_process) for i in range(processes)]
+    started = time.perf_counter()
+    joined = sum(ray.get([d.join.remote() for d in drivers], timeout=1800))
+    join_s = time.perf_counter() - started
+    noop = sum(ray.get([d.ping_rate.remote(4.0, 16) for d in drivers]))
+    before = ray.get(cluster.shard(0).status.remote())
+    start_at = time.time() + 2
+    runs = ray.get([d.heartbeat.remote(seconds, start_at) for d in drivers], timeout=seconds + 300)
+    after = ray.get(cluster.shard(0).status.remote())
+    for d in drivers:
+        ray.kill(d)
+    ok = sum(r["ok"] for r in runs)
+    errors: dict[str, int] = {}
+    for r in runs:
+        for k, v in r["errors"].items():
+            errors[k] = errors.get(k, 0) + v
+    wall = max(r["seconds"] for r in runs)
+    calls = sum(r["calls"] for r in runs)
+    requests = sum(r["requests"] for r in runs)
+    return {"processes": processes, "members": joined, "join_seconds": round(join_s, 1),
+            "heartbeats_sent": sum(r["sent"] for r in runs), "heartbeats_ok": ok, "errors": errors,
+            "heartbeats_per_s": round(ok / wall, 1), "members_at_3s": joined,
+            "p50_ms_worst_process": round(max(r["p50_ms"] for r in runs), 2),
+            "p99_ms_worst_process": round(max(r["p99_ms"] for r in runs), 2),
+            "requests_per_call": round(requests / max(1, calls), 1),
+            "noop_calls_per_s_same_processes": round(noop, 1),
+            "shard_groups": after["groups"], "shard_batches_during": after["batches"] - before["batches"]}
+
+
+def single_call_client(cluster) -> RayGroupClient:
+    """A client of the same deployment that sends every request in a call of its own (the baseline)."""
+    return RayGroupClient(cluster.namespace, cluster.num_partitions,
+                          dataclasses.replace(cluster.config, client_max_batch_requests=1))
+
+
+def bench_commits(cluster, clients: int, seconds: float) -> dict:
+    async def committers(client) -> float:
+        stop_at = time.perf_counter() + seconds
+        count = 0
+
+        async def one(i: int) -> None:
+            nonlocal count
+            n = 0
+            while time.perf_counter() < stop_at:
+                r = await asyncio.wrap_future(client.commit_offsets(group_id=f"c-{i}", offsets={("bench", i % 16): (n, "")}))
+                assert r.errors == {("bench", i % 16): Errors.NONE}, r
+                n += 1
+                count += 1
+
+        started = time.perf_counter()
+        await asyncio.gather(*(one(i) for i in range(clients)))
+        return count / (time.perf_counter() - started)
+
+    async def pings() -> float:
+        shard = cluster.shard(0)
+        stop_at = time.perf_counter() + seconds
+        count = 0
+
+        async def one() -> None:
+            nonlocal count
+            while time.perf_counter() < stop_at:
+                await shard.ping.remote()
+                count += 1
+
+        started = time.perf_counter()
+        await asyncio.gather(*(one() for _ in range(clients)))
+        return count / (time.perf_counter() - started)
+
+    single = single_call_client(cluster)
+    try:
+        noop = asyncio.run(pings())
+        before = ray.get(cluster.shard(0).status.remote())
+        coalesced = asyncio.run(committers(cluster.client()))
+        mid = ray.get(cluster.shard(0).status.remote())
+        alone = asyncio.run(committers(single))
+    finally:
+        single.close()
+    return {"clients": clients, "noop_calls_per_s": round(noop, 1), "coalesced_commits_per_s": round(coalesced, 1),
+            "single_call_commits_per_s": round(alone, 1), "coalesced_vs_noop": round(coalesced / noop, 2),
+            "single_vs_noop": round(alone / noop, 2),
+            "records_per_fsync_coalesced": round((mid["records"] - before["records"])
+                                                 / max(1, mid["batches"] - before["batches"]), 1)}
+
+
+def bench_rebalance(cluster, members: int) -> dict:
+    out = {}
+    single = single_call_client(cluster)
+    try:
+        for name, client in (("coalesced", cluster.client()), ("single_calls", single)):
+            before = dict(client.batch_stats)
+            generation, _, seconds = join_members(client, f"rebalance-{name}", members)
+            calls = client.batch_stats["calls"] - before["calls"]
+            out[name] = {"seconds": round(seconds, 3), "generation": generation,
+                         "ray_calls": calls if name == "coalesced" else 3 * members}
+    finally:
+        single.close()
+    out["members"] = members
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--members", type=int, default=21_000)
+    parser.add_argument("--processes", type=int, default=20)
+    parser.add_argument("--seconds", type=float, default=30.0)
+    args = parser.parse_args()
+    RESULTS.mkdir(exist_ok=True)
+    with quiet_output(RESULTS / "coalescing-ray-output.log"):
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        cluster = start_local(num_partitions=1, config=CONFIG)
+        try:
+            cluster.create_topic("bench", 16)
+            rebalance = bench_rebalance(cluster, 1_000)
+            commits = bench_commits(cluster, 64, 6.0)
+            heartbeats = bench_heartbeats(cluster, args.processes, args.members, args.seconds)
+        finally:
+            cluster.shutdown()
+            ray.shutdown()
+    result = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                          "platform": platform.platform(), "ray": ray.__version__},
+              "heartbeats": heartbeats, "commits": commits, "rebalance": rebalance}
+    (RESULTS / "coalescing.json").write_text(json.dumps(result, indent=2))
+    h, c, r = heartbeats, commits, rebalance
+    print(f"heartbeats/s, one shard, {h['members']} members over {h['processes']} processes: "
+          f"{h['heartbeats_per_s']:,.0f} (errors {h['errors'] or 'none'}; p99 {h['p99_ms_worst_process']} ms; "
+          f"{h['requests_per_call']} per call) vs no-op calls/s from the same processes "
+          f"{h['noop_calls_per_s_same_processes']:,.0f}")
+    print(f"commits/s, 64 clients: coalesced {c['coalesced_commits_per_s']:,.0f} ({c['coalesced_vs_noop']}x no-op), "
+          f"one call each {c['single_call_commits_per_s']:,.0f} ({c['single_vs_noop']}x), no-op "
+          f"{c['noop_calls_per_s']:,.0f}; {c['records_per_fsync_coalesced']} records per fsync")
+    print(f"rebalance of {r['members']} members: coalesced {r['coalesced']['seconds']} s in "
+          f"{r['coalesced']['ray_calls']} calls; one call each {r['single_calls']['seconds']} s in "
+          f"{r['single_calls']['ray_calls']} calls")
+
+
+if __name__ == "__main__":
+    main()

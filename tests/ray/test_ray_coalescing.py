@@ -1,0 +1,160 @@
+"""Request coalescing of the Ray client against real shard actors: requests issued together reach a
+shard in one call and are answered each as a single call would be; order per lane; lanes keep a
+parked JoinGroup from holding back anything else; a batch that cannot reach its shard is retried
+request by request; the shard refuses a malformed batch whole."""
+
+from __future__ import annotations
+
+import pytest
+from raygroups.coordinator.messages import (
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    SyncGroupRequest,
+)
+
+from raygroups import Errors, partition_for
+from raygroups.client import lane_of
+from tests.conditions import wait_for
+from tests.ray.test_ray_client_api import _join, _stable_member
+
+pytestmark = pytest.mark.ray
+
+
+def _join_req(member_id="", group_id="g", instance=None):
+    return JoinGroupRequest(group_id, member_id, "consumer", (("range", b""),), 10_000, 10_000, instance,
+                            "c", "/h", True, None)
+
+
+def test_lanes():
+    """Which requests may share a call (pure: no Ray)."""
+    assert lane_of(HeartbeatRequest("a", 1, "m"), 3) == lane_of(OffsetFetchRequest("b"), 3) == (3, "read", None, True)
+    assert lane_of(OffsetCommitRequest("a", {}), 3) == (3, "commit", None, True)
+    assert lane_of(_join_req(), 0) == (0, "join-first", "g", False)
+    assert lane_of(_join_req("m-1"), 0) == (0, "join", "g", False)
+    assert lane_of(_join_req(instance="i"), 0) == (0, "join", "g", False)  # a static join may park
+    assert lane_of(SyncGroupRequest("g", 1, "m", {}), 0) == (0, "sync", "g", False)
+    assert lane_of(LeaveGroupRequest("g", (("m", None),)), 0) is None
+
+
+def test_commits_issued_together_share_calls_and_keep_their_own_answers(cluster):
+    cluster.create_topic("orders", 4)
+    client = cluster.client()
+    groups = [g for g in (f"grp-{i}" for i in range(400)) if partition_for(g, 4) == 0][:50]
+    before = dict(client.batch_stats)
+    futures = [client.commit_offsets(group_id=g, offsets={("orders", i % 4): (i, "")}) for i, g in enumerate(groups)]
+    # A commit with a generation for an unknown group fails on its own, in the same burst.
+    bad = client.commit_offsets(group_id=groups[0] + "-x", offsets={("orders", 0): (1, "")}, generation_id=3,
+                                member_id="m")
+    unknown_topic = client.commit_offsets(group_id=groups[1], offsets={("nope", 0): (1, "")})
+    assert all(f.result(30).errors == {("orders", i % 4): Errors.NONE} for i, f in enumerate(futures))
+    assert bad.result(30).errors == {("orders", 0): Errors.ILLEGAL_GENERATION}
+    assert unknown_topic.result(30).errors == {("nope", 0): Errors.UNKNOWN_TOPIC_OR_PARTITION}
+    calls = client.batch_stats["calls"] - before["calls"]
+    requests = client.batch_stats["requests"] - before["requests"]
+    assert requests >= len(groups) and calls < requests / 2, (calls, requests)
+    fetched = [client.fetch_offsets(group_id=g, partitions=[("orders", i % 4)]) for i, g in enumerate(groups)]
+    assert [f.result(30).offsets[("orders", i % 4)].offset for i, f in enumerate(fetched)] == list(range(len(groups)))
+    import ray
+
+    status = ray.get(cluster.shard(0).status.remote())
+    assert status["records"] >= len(groups) and status["batches"] < len(groups) / 2, status  # few fsyncs
+
+
+def test_order_per_lane_is_kept(cluster):
+    cluster.create_topic("orders", 1)
+    client = cluster.client()
+    futures = [client.commit_offsets(group_id="ordered", offsets={("orders", 0): (n, "")}) for n in range(300)]
+    assert all(f.result(30).errors == {("orders", 0): Errors.NONE} for f in futures)
+    assert client.fetch_offsets(group_id="ordered").result(30).offsets[("orders", 0)].offset == 299
+
+
+def test_a_parked_join_holds_back_nothing_else(cluster):
+    cluster.create_topic("orders", 1)
+    client = cluster.client()
+    a = _stable_member(client, group_id="parked")
+    # A second member joins: the group waits (rebalance timeout 10 s) for the first one to rejoin.
+    first = _join(client, group_id="parked").result(30)
+    parked = _join(client, first.member_id, group_id="parked")
+    same_shard = [g for g in (f"other-{i}" for i in range(200)) if partition_for(g, 4) == partition_for("parked", 4)]
+    commits = [client.commit_offsets(group_id=g, offsets={("orders", 0): (5, "")}) for g in same_shard[:20]]
+    beat = client.heartbeat(group_id="parked", generation_id=1, member_id=a)
+    assert beat.result(30).error is Errors.REBALANCE_IN_PROGRESS
+    assert all(c.result(30).errors == {("orders", 0): Errors.NONE} for c in commits)
+    assert not parked.done()
+    rejoined = _join(client, a, group_id="parked")
+    assert rejoined.result(30).error is Errors.NONE and parked.result(30).error is Errors.NONE
+    assert parked.result(30).generation_id == rejoined.result(30).generation_id == 2
+
+
+def test_joins_and_syncs_of_a_group_issued_together_complete_together(cluster):
+    client = cluster.client()
+    firsts = [_join(client, group_id="herd") for _ in range(30)]
+    ids = [f.result(30).member_id for f in firsts]
+    assert all(f.result(30).error is Errors.MEMBER_ID_REQUIRED for f in firsts)
+    joins = [_join(client, m, group_id="herd") for m in ids]
+    joined = [j.result(30) for j in joins]
+    assert {(j.error, j.generation_id) for j in joined} == {(Errors.NONE, 1)}
+    leader = joined[0].leader
+    syncs = [client.sync_group(group_id="herd", generation_id=1, member_id=m,
+                               assignments={x: x.encode() for x in ids} if m == leader else {}) for m in ids]
+    assert [s.result(30).assignment for s in syncs] == [m.encode() for m in ids]
+
+
+def test_a_batch_that_cannot_reach_its_shard_is_retried_request_by_request(cluster):
+    import ray
+
+    cluster.create_topic("orders", 1)
+    client = cluster.client()
+    groups = [g for g in (f"r-{i}" for i in range(200)) if partition_for(g, 4) == 1][:20]
+    assert all(f.result(30).errors[("orders", 0)] is Errors.NONE
+               for f in [client.commit_offsets(group_id=g, offsets={("orders", 0): (1, "")}) for g in groups])
+    ray.kill(cluster.shard(1), no_restart=False)  # Ray restarts it; it replays its log
+    futures = [client.commit_offsets(group_id=g, offsets={("orders", 0): (2, "")}) for g in groups]
+    assert all(f.result(60).errors == {("orders", 0): Errors.NONE} for f in futures)
+    wait_for(lambda: all(client.fetch_offsets(group_id=g).result(30).offsets[("orders", 0)].offset == 2
+                         for g in groups), 30, "every commit after the restart to be there")
+
+
+def test_the_shard_refuses_a_malformed_batch_whole(cluster):
+    import ray
+
+    shard = cluster.shard(0)
+    with pytest.raises(ray.exceptions.RayTaskError, match="takes a list of requests"):
+        ray.get(shard.handle_batch.remote((HeartbeatRequest("g", 1, "m"),)))
+    with pytest.raises(ray.exceptions.RayTaskError, match=r"1 to 1000 requests \(client.max.batch.requests\), got 1001"):
+        ray.get(shard.handle_batch.remote([HeartbeatRequest("g", 1, "m")] * 1001))
+    with pytest.raises(ray.exceptions.RayTaskError, match="got 0"):
+        ray.get(shard.handle_batch.remote([]))
+    # A malformed request in a batch is answered INVALID_REQUEST; the others as usual.
+    owned = next(g for g in (f"g{i}" for i in range(100)) if partition_for(g, 4) == 0)
+    answers = ray.get(shard.handle_batch.remote([HeartbeatRequest(owned, "one", "m"), OffsetFetchRequest(owned)]))
+    assert answers[0].error is Errors.INVALID_REQUEST and answers[1].error is Errors.NONE
+
+
+def test_a_commit_waits_behind_an_earlier_one_stuck_at_a_paused_shard(cluster):
+    """Ray does not keep the order of calls to an asyncio actor; the commit lane does. A commit stuck at
+    a paused (SIGSTOP) shard holds back the member's next commit, so the late one cannot overwrite it."""
+    import os
+    import signal
+
+    import ray
+
+    cluster.create_topic("orders", 1)
+    client = cluster.client()
+    group = next(g for g in (f"late-{i}" for i in range(100)) if partition_for(g, 4) == 2)
+    pid = ray.get(cluster.shard(2).status.remote())["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        early = client.commit_offsets(group_id=group, offsets={("orders", 0): (10, "")})
+        lane = (2, "commit", None, True)
+        wait_for(lambda: lane in client._lanes and client._lanes[lane].in_flight == 1, 10, what="the early commit sent")
+        later = client.commit_offsets(group_id=group, offsets={("orders", 0): (20, "")})
+        wait_for(lambda: len(client._lanes[lane].queue) == 1, 10, what="the later commit to queue behind it")
+        assert not early.done() and not later.done()
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert early.result(30).errors == later.result(30).errors == {("orders", 0): Errors.NONE}
+    assert client.fetch_offsets(group_id=group).result(30).offsets[("orders", 0)].offset == 20
