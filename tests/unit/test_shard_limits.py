@@ -5,10 +5,10 @@ coordinator shard. A request refused by a limit changes nothing."""
 from __future__ import annotations
 
 import pytest
+from raygroups.coordinator.config import CoordinatorConfig
 
 from raygroups import Errors
-from raygroups.coordinator.config import CoordinatorConfig
-from tests.unit.helpers import GROUP, Ctx, replay_matches_after_test
+from tests.unit.helpers import Ctx, replay_matches_after_test
 
 
 @pytest.fixture(autouse=True)
