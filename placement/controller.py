@@ -173,7 +173,7 @@ class Controller:
                 # restarted node, a report) is forgotten.
                 self._meta = dataclasses.replace(before, partitions=self._meta.partitions, held=self._meta.held,
                                                  marked=self._meta.marked)
-            self._metrics.refresh(self._meta.partitions)
+            self._metrics.refresh(self._meta.partitions, self.settings.replication_factor)
 
     # ------------------------------------------------------------------------------------------
     # Observe
@@ -321,7 +321,7 @@ class Controller:
         self._meta = self._meta.with_partition(p, a, c.holders & persisted)
         self._save()
         self._metrics.on_commit(p, current, a)
-        self._metrics.refresh(self._meta.partitions)
+        self._metrics.refresh(self._meta.partitions, self.settings.replication_factor)
         return True
 
     async def _persist(self, partition: int, a: PartitionAssignment, nodes: list[str],

@@ -39,8 +39,10 @@ class ControllerMetrics:
         if current.leader is not None and (previous is None or previous.leader != current.leader):
             self.leader_changes.inc(1, {**self._ns, "partition": str(partition)})
 
-    def refresh(self, partitions: dict) -> None:
-        """Gauges from the partition metadata (``{partition: PartitionAssignment}``)."""
+    def refresh(self, partitions: dict, replication_factor: int = 0) -> None:
+        """Gauges from the partition metadata (``{partition: PartitionAssignment}``). Under-replicated: fewer
+        in-sync replicas than assigned ones, or than the replication factor (the controller may have moved
+        a lost node's replicas with too few nodes left to place them all)."""
         if self._m is None:
             return
         for p, a in partitions.items():
@@ -48,5 +50,12 @@ class ControllerMetrics:
             self.leader_epoch.set(a.leader_epoch, tags)
             self.isr_size.set(len(a.isr), tags)
             self.replicas.set(len(a.replicas), tags)
-        self.under_replicated.set(sum(1 for a in partitions.values() if len(a.isr) < len(a.replicas)), self._ns)
+        self.under_replicated.set(sum(1 for a in partitions.values() if is_under_replicated(a.isr, a.replicas,
+                                                                                        replication_factor)),
+                                  self._ns)
         self.offline.set(sum(1 for a in partitions.values() if a.leader is None), self._ns)
+
+
+def is_under_replicated(isr, replicas, replication_factor: int) -> bool:
+    """Fewer in-sync replicas than assigned, or than the deployment's replication factor."""
+    return len(isr) < max(len(replicas), replication_factor)

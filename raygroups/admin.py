@@ -22,6 +22,7 @@ from typing import Any
 from raygroups.coordinator.consumer_protocol import SchemaError, decode_assignment
 from raygroups.coordinator.errors import Errors
 from raygroups.coordinator.group import GroupState
+from raygroups.placement.metrics import is_under_replicated
 from raygroups.sources import Source
 
 GROUP_STATES = tuple(s.value for s in GroupState)
@@ -282,7 +283,7 @@ def delete_offsets(client: Any, group: str, specs: list[TopicSpec], topics: dict
 # --- deployment health -------------------------------------------------------------------------------
 def status(cluster: Any) -> dict:
     """Every partition (leader, epoch, replicas, ISR, the serving shard's state, pid and node), the
-    under-replicated and offline ones (no leader, or no serving shard), and the groups of the serving shards
+    under-replicated (fewer in-sync replicas than assigned or than the replication factor) and offline ones (no leader, or no serving shard), and the groups of the serving shards
     counted by state. Asks each shard and the controller once, so it answers while partitions are down."""
     shards = {s["partition"]: s for s in cluster.shard_status(timeout_s=15)}
     meta = cluster.partition_metadata() if cluster.replicated else {}
@@ -298,7 +299,9 @@ def status(cluster: Any) -> dict:
         # A shard being started or loading is on its way (Kafka counts a partition with a leader as online).
         offline = leader is None or shard["state"] not in ("ACTIVE", "LOADING", "INITIAL")
         partitions.append({"partition": p, "leader": leader, "leader_epoch": epoch, "replicas": replicas,
-                           "isr": isr, "under_replicated": len(isr) < len(replicas), "offline": offline,
+                           "isr": isr, "offline": offline,
+                           "under_replicated": cluster.replicated and is_under_replicated(
+                               isr, replicas, cluster.config.offsets_topic_replication_factor),
                            "shard_state": shard["state"], "pid": shard.get("pid"), "node": shard.get("node"),
                            "groups": shard.get("groups")})
     groups: Counter = Counter()
