@@ -47,6 +47,9 @@ class ShardMetrics:
 
     def __init__(self, partition: int, node: str | None, namespace: str | None = None) -> None:
         self._generations: dict[str, int] = {}
+        self._requests: Counter = Counter()  # (api, error) -> answered since the last flush
+        self._rebalances = 0
+        self._offset_commits = 0
         m = ray_metrics()
         if m is None:
             self._m = None
@@ -85,23 +88,38 @@ class ShardMetrics:
         self.up = gauge("raygroups_shard_active", "1 while the shard serves (ACTIVE), else 0.")
 
     def on_response(self, request: Any, response: Any) -> None:
+        """Counted here, in plain dicts: a Ray metric record costs more than answering a heartbeat, so the
+        counts reach Ray once per ``flush`` (every ``METRICS_INTERVAL_S``, from ``refresh``)."""
         if self._m is None:
             return
         name = type(request).__name__
         api = _API.get(name, name)
         error = getattr(response, "error", None)
-        self.requests.inc(1, {"api": api, "error": error.name if error is not None else "NONE"})
-        if api == "Heartbeat":
-            self.heartbeats.inc()
-        elif api == "JoinGroup":
-            self.joins.inc()
+        self._requests[(api, error.name if error is not None else "NONE")] += 1
+        if api == "JoinGroup":
             if error is Errors.NONE and self._generations.get(request.group_id) != response.generation_id:
                 self._generations[request.group_id] = response.generation_id
-                self.rebalances.inc()
+                self._rebalances += 1
         elif api == "OffsetCommit":
-            ok = sum(1 for e in response.errors.values() if e is Errors.NONE)
-            if ok:
-                self.offset_commits.inc(ok)
+            self._offset_commits += sum(1 for e in response.errors.values() if e is Errors.NONE)
+
+    def flush(self) -> None:
+        """Hand the counts gathered since the last flush to Ray's metrics."""
+        if self._m is None:
+            return
+        requests, self._requests = self._requests, Counter()
+        for (api, error), n in requests.items():
+            self.requests.inc(n, {"api": api, "error": error})
+            if api == "Heartbeat":
+                self.heartbeats.inc(n)
+            elif api == "JoinGroup":
+                self.joins.inc(n)
+        if self._rebalances:
+            self.rebalances.inc(self._rebalances)
+            self._rebalances = 0
+        if self._offset_commits:
+            self.offset_commits.inc(self._offset_commits)
+            self._offset_commits = 0
 
     def on_append(self, records: int, seconds: float, ok: bool) -> None:
         if self._m is None:
@@ -118,9 +136,11 @@ class ShardMetrics:
             self.load_records.set(summary.records)
 
     def refresh(self, groups: Any, active: bool, isr_size: int | None) -> None:
-        """Gauges from the live state: ``groups`` is the shard's ``{group_id: ClassicGroup}``."""
+        """Gauges from the live state (``groups`` is the shard's ``{group_id: ClassicGroup}``), and the counts
+        gathered since the last refresh."""
         if self._m is None:
             return
+        self.flush()
         for gone in set(self._generations) - set(groups):
             del self._generations[gone]
         by_state = Counter(g.state.value for g in groups.values())

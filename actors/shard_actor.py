@@ -250,19 +250,10 @@ class CoordinatorShard:
     # ------------------------------------------------------------------------------------------
     async def handle(self, request: Any) -> Any:
         """Answer one request of the group API (a validated request object of ``coordinator``)."""
-        self._ensure_started()
-        try:
-            request = validate_request(request, self.config.message_max_bytes)
-        except (TypeError, ValueError):
-            return await self._dispatch(request, validated=False)  # INVALID_REQUEST (or raised) there
-        active = self._ctx.state is PartitionState.ACTIVE
-        if active and not self._writer.may_serve():
-            return error_response(request, Errors.NOT_COORDINATOR)
-        if type(request) is OffsetCommitRequest and active:
-            response = await self._commit_known_topics(request)
-        else:
-            response = await self._dispatch(request)
-        self._metrics.on_response(request, response)
+        answer, counted = self._begin(request)
+        response = await answer
+        if counted:
+            self._metrics.on_response(request, response)
         return response
 
     async def handle_batch(self, requests: list) -> list:
@@ -276,15 +267,38 @@ class CoordinatorShard:
         if not 1 <= len(requests) <= limit:
             raise ValueError(f"handle_batch takes 1 to {limit} requests (client.max.batch.requests), "
                              f"got {len(requests)}")
-        # Each handle() runs up to its dispatch before the next one starts (tasks start in creation order
-        # and none awaits before dispatching), so the runtime sees the requests in the list's order and
-        # the commits among them join one open batch: one append and one fsync.
-        # A request too malformed to be answered comes back as its exception, in its place: the others are
-        # answered as usual.
-        return list(await asyncio.gather(*(self.handle(r) for r in requests), return_exceptions=True))
+        # Every request reaches the runtime here, one after the other in the list's order (``_begin`` does
+        # not yield), so the commits among them join one open batch: one append and one fsync. A request too
+        # malformed to be answered comes back as its exception, in its place; the others are answered as usual.
+        begun = []
+        for r in requests:
+            try:
+                begun.append(self._begin(r))
+            except Exception as e:  # noqa: BLE001 - that request's answer
+                begun.append((_raised(e), False))
+        responses = await asyncio.gather(*(answer for answer, _ in begun), return_exceptions=True)
+        for r, (_, counted), response in zip(requests, begun, responses, strict=True):
+            if counted and not isinstance(response, BaseException):
+                self._metrics.on_response(r, response)
+        return list(responses)
 
-    async def _dispatch(self, request: Any, validated: bool = True) -> Any:
-        """``validated``: ``handle`` checked it already (once per request on this path)."""
+    def _begin(self, request: Any) -> tuple[asyncio.Future, bool]:
+        """Check ``request`` and hand it to the runtime, without yielding: (the future of its response,
+        whether the metrics count it)."""
+        self._ensure_started()
+        try:
+            request = validate_request(request, self.config.message_max_bytes)
+        except (TypeError, ValueError):
+            return self._dispatch(request, validated=False), False  # INVALID_REQUEST (or raised) there
+        active = self._ctx.state is PartitionState.ACTIVE
+        if active and not self._writer.may_serve():
+            return _answered(error_response(request, Errors.NOT_COORDINATOR)), True
+        if type(request) is OffsetCommitRequest and active:
+            return self._commit_known_topics(request), True
+        return self._dispatch(request), True
+
+    def _dispatch(self, request: Any, validated: bool = True) -> asyncio.Future:
+        """The future of ``request``'s response. ``validated``: ``handle`` checked it already."""
         future = asyncio.get_running_loop().create_future()
 
         def sink(value: Any) -> None:
@@ -292,9 +306,9 @@ class CoordinatorShard:
                 future.set_result(value)
 
         dispatch(self._runtime, request, sink, validated)
-        return await future
+        return future
 
-    async def _commit_known_topics(self, req: OffsetCommitRequest) -> OffsetCommitResponse:
+    def _commit_known_topics(self, req: OffsetCommitRequest) -> asyncio.Future:
         # As Kafka's broker does before the coordinator: unknown topics/partitions fail per partition.
         unknown = {
             tp: Errors.UNKNOWN_TOPIC_OR_PARTITION
@@ -302,16 +316,25 @@ class CoordinatorShard:
             if tp[1] >= self._topics.get(tp[0], 0)
         }
         if not unknown:
-            return await self._dispatch(req)
+            return self._dispatch(req)
         known = {tp: v for tp, v in req.offsets.items() if tp not in unknown}
         if not known:
-            return OffsetCommitResponse(unknown)
-        response = await self._dispatch(OffsetCommitRequest(
+            return _answered(OffsetCommitResponse(unknown))
+        partial = self._dispatch(OffsetCommitRequest(
             req.group_id, known, req.generation_id, req.member_id, req.group_instance_id, req.retention_time_ms,
         ))
-        errors = dict(response.errors)
-        errors.update(unknown)
-        return OffsetCommitResponse({tp: errors[tp] for tp in req.offsets})
+        merged = asyncio.get_running_loop().create_future()
+
+        def merge(done: asyncio.Future) -> None:
+            if done.exception() is not None:
+                merged.set_exception(done.exception())
+                return
+            errors = dict(done.result().errors)
+            errors.update(unknown)
+            merged.set_result(OffsetCommitResponse({tp: errors[tp] for tp in req.offsets}))
+
+        partial.add_done_callback(merge)
+        return merged
 
     # ------------------------------------------------------------------------------------------
     # Compaction (raygroups.compaction drives it; the log work runs on the I/O thread, between appends)
@@ -407,6 +430,18 @@ class CoordinatorShard:
         if ctx is not None and ctx.log is not None:
             plog, ctx.log = ctx.log, None
             await asyncio.get_running_loop().run_in_executor(self._io, plog.close)
+
+
+def _answered(value: Any) -> asyncio.Future:
+    future = asyncio.get_running_loop().create_future()
+    future.set_result(value)
+    return future
+
+
+def _raised(error: BaseException) -> asyncio.Future:
+    future = asyncio.get_running_loop().create_future()
+    future.set_exception(error)
+    return future
 
 
 def _replay_and_runs(plog, up_to_offset: int | None) -> tuple[str, list]:

@@ -50,19 +50,37 @@ def _join_args(group_id: str, member_id: str = "") -> dict:
 
 
 def join_members(client, group_id: str, n: int) -> tuple[int, list[str], float]:
-    """n dynamic members join ``group_id`` (KIP-394 two steps) and sync; (generation, member ids, seconds)."""
+    """n dynamic members join ``group_id`` (KIP-394 two steps) and sync, each on its own as a Kafka member
+    does -- join, sync, rejoin while the group rebalances -- until all of them hold an assignment of one
+    generation (an initial delay of 0 may complete a first generation before every member joined);
+    (generation, member ids, seconds)."""
+    wrap = asyncio.wrap_future
+
+    async def member(m: str, done: dict) -> None:
+        while True:
+            j = await wrap(client.join_group(**_join_args(group_id, m)))
+            assert j.error is Errors.NONE, f"JoinGroup failed: {j.error.name}"
+            assignments = {x.member_id: b"" for x in j.members} if j.members else {}
+            r = await wrap(client.sync_group(group_id=group_id, generation_id=j.generation_id, member_id=m,
+                                             assignments=assignments))
+            if r.error is Errors.NONE:
+                done[m] = j.generation_id
+                return
+            assert r.error is Errors.REBALANCE_IN_PROGRESS, f"SyncGroup failed: {r.error.name}"
+
+    async def everyone() -> dict:
+        firsts = await asyncio.gather(*(wrap(client.join_group(**_join_args(group_id))) for _ in range(n)))
+        ids = [f.member_id for f in firsts]
+        done: dict[str, int] = {}
+        await asyncio.gather(*(member(m, done) for m in ids))
+        while len(set(done.values())) > 1:  # who synced early learns of the next rebalance and rejoins
+            latest = max(done.values())
+            await asyncio.gather(*(member(m, done) for m, g in list(done.items()) if g < latest))
+        return done
+
     started = time.perf_counter()
-    firsts = [client.join_group(**_join_args(group_id)) for _ in range(n)]
-    ids = [f.result(120).member_id for f in firsts]
-    joins = [client.join_group(**_join_args(group_id, m)) for m in ids]
-    joined = [j.result(120) for j in joins]
-    generation = joined[0].generation_id
-    assert all(j.error is Errors.NONE and j.generation_id == generation for j in joined), joined[:3]
-    leader = joined[0].leader
-    syncs = [client.sync_group(group_id=group_id, generation_id=generation, member_id=m,
-                               assignments={x: b"" for x in ids} if m == leader else {}) for m in ids]
-    assert all(s.result(120).error is Errors.NONE for s in syncs)
-    return generation, ids, time.perf_counter() - started
+    done = asyncio.run(everyone())
+    return max(done.values()), list(done), time.perf_counter() - started
 
 
 class HeartbeatDriver:

@@ -116,8 +116,18 @@ class RayGroupClient(GroupApi):
         if self._closed:
             return
         self._closed = True
+        try:  # calls still in flight end here: their callers see them cancelled
+            asyncio.run_coroutine_threadsafe(self._cancel_pending(), self._loop).result(timeout=5)
+        except Exception:  # noqa: BLE001 - closing regardless
+            pass
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
+
+    async def _cancel_pending(self) -> None:
+        tasks = [t for t in asyncio.all_tasks(self._loop) if t is not asyncio.current_task()]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def _submit(self, request: Any) -> Future:
         if self._closed:

@@ -95,6 +95,8 @@ def test_a_parked_join_holds_back_nothing_else(cluster):
     # A second member joins: the group waits (rebalance timeout 10 s) for the first one to rejoin.
     first = _join(client, group_id="parked").result(30)
     parked = _join(client, first.member_id, group_id="parked")
+    wait_for(lambda: client.describe_groups(["parked"]).result(30)[0].group_state == "PreparingRebalance", 30,
+             what="the second member's join to start a rebalance")
     same_shard = [g for g in (f"other-{i}" for i in range(200)) if partition_for(g, 4) == partition_for("parked", 4)]
     commits = [client.commit_offsets(group_id=g, offsets={("orders", 0): (5, "")}) for g in same_shard[:20]]
     beat = client.heartbeat(group_id="parked", generation_id=1, member_id=a)
@@ -108,14 +110,16 @@ def test_a_parked_join_holds_back_nothing_else(cluster):
 
 def test_joins_and_syncs_of_a_group_issued_together_complete_together(cluster):
     client = cluster.client()
-    firsts = [_join(client, group_id="herd") for _ in range(30)]
-    ids = [f.result(30).member_id for f in firsts]
-    assert all(f.result(30).error is Errors.MEMBER_ID_REQUIRED for f in firsts)
-    joins = [_join(client, m, group_id="herd") for m in ids]
-    joined = [j.result(30) for j in joins]
-    assert {(j.error, j.generation_id) for j in joined} == {(Errors.NONE, 1)}
+    first_member = _stable_member(client, group_id="herd")
+    firsts = [_join(client, group_id="herd") for _ in range(29)]
+    assert {f.result(30).error for f in firsts} == {Errors.MEMBER_ID_REQUIRED}
+    # The new members' second joins and the first member's rejoin: the rebalance completes once all 30
+    # are in (KIP-394's pending ids hold it until then), however the client splits them into calls.
+    ids = [first_member] + [f.result(30).member_id for f in firsts]
+    joined = [j.result(30) for j in [_join(client, m, group_id="herd") for m in ids]]
+    assert {(j.error, j.generation_id) for j in joined} == {(Errors.NONE, 2)}
     leader = joined[0].leader
-    syncs = [client.sync_group(group_id="herd", generation_id=1, member_id=m,
+    syncs = [client.sync_group(group_id="herd", generation_id=2, member_id=m,
                                assignments={x: x.encode() for x in ids} if m == leader else {}) for m in ids]
     assert [s.result(30).assignment for s in syncs] == [m.encode() for m in ids]
 
