@@ -90,9 +90,21 @@ class _Lane:
     __slots__ = ("queue", "in_flight", "scheduled")
 
     def __init__(self) -> None:
-        self.queue: list[tuple[Any, asyncio.Future]] = []
+        self.queue: list[_Slot] = []
         self.in_flight = 0
         self.scheduled = False
+
+
+class _Slot:
+    """One coalesced request: its caller's future, deadline and backoff (no task of its own)."""
+
+    __slots__ = ("request", "future", "deadline", "backoff")
+
+    def __init__(self, request: Any, future: Future, deadline: float) -> None:
+        self.request = request
+        self.future = future
+        self.deadline = deadline
+        self.backoff = _BACKOFF_START_S
 
 
 class RayGroupClient(GroupApi):
@@ -103,6 +115,9 @@ class RayGroupClient(GroupApi):
         self._linger_s = config.client_linger_ms / 1000.0
         self._max_batch = config.client_max_batch_requests
         self._lanes: dict[tuple, _Lane] = {}
+        self._inbox: list[tuple[tuple, _Slot]] = []  # from callers' threads to the loop
+        self._inbox_lock = threading.Lock()
+        self._outstanding: set[_Slot] = set()  # the loop's: coalesced requests not answered yet
         self.batch_stats = {"calls": 0, "requests": 0}
         self._handles: dict[int, Any] = {}
         self._handles_lock = threading.Lock()
@@ -124,6 +139,9 @@ class RayGroupClient(GroupApi):
         self._thread.join(timeout=5)
 
     async def _cancel_pending(self) -> None:
+        for slot in list(self._outstanding):
+            slot.future.cancel()
+        self._outstanding.clear()
         tasks = [t for t in asyncio.all_tasks(self._loop) if t is not asyncio.current_task()]
         for t in tasks:
             t.cancel()
@@ -132,7 +150,33 @@ class RayGroupClient(GroupApi):
     def _submit(self, request: Any) -> Future:
         if self._closed:
             raise RuntimeError("this client is closed")
-        return asyncio.run_coroutine_threadsafe(self._call(request), self._loop)
+        group_id = getattr(request, "group_id", None)
+        lane = None
+        if self._max_batch > 1 and type(request) not in (ListGroupsRequest, DescribeGroupsRequest, DeleteGroupsRequest):
+            lane = lane_of(request, partition_for(group_id if group_id is not None else "", self.num_partitions))
+        if lane is None:
+            return asyncio.run_coroutine_threadsafe(self._call(request), self._loop)
+        # Coalesced: the request joins the loop's inbox; one wake-up of the loop takes all that arrived.
+        future: Future = Future()
+        slot = _Slot(request, future, time.monotonic() + self._timeout_ms(request) / 1000.0)
+        with self._inbox_lock:
+            self._inbox.append((lane, slot))
+            wake = len(self._inbox) == 1
+        if wake:
+            self._loop.call_soon_threadsafe(self._drain_inbox)
+        return future
+
+    def _timeout_ms(self, request: Any) -> int:
+        if type(request) is JoinGroupRequest:
+            return max(self.config.request_timeout_ms, request.rebalance_timeout_ms + 5_000)
+        return self.config.request_timeout_ms
+
+    def _drain_inbox(self) -> None:
+        with self._inbox_lock:
+            arrived, self._inbox = self._inbox, []
+        for lane, slot in arrived:
+            self._outstanding.add(slot)
+            self._enqueue(lane, slot)
 
     def _handle(self, partition: int):
         with self._handles_lock:
@@ -156,20 +200,13 @@ class RayGroupClient(GroupApi):
             return await self._per_group(request)
         group_id = request.group_id
         partition = partition_for(group_id if group_id is not None else "", self.num_partitions)
-        timeout_ms = self.config.request_timeout_ms
-        if kind is JoinGroupRequest:
-            timeout_ms = max(timeout_ms, request.rebalance_timeout_ms + 5_000)
-        return await self._with_retries(partition, request, timeout_ms)
+        return await self._with_retries(partition, request, self._timeout_ms(request))
 
     async def _with_retries(self, partition: int, request: Any, timeout_ms: int) -> Any:
         deadline = time.monotonic() + timeout_ms / 1000.0
         backoff = _BACKOFF_START_S
-        lane = lane_of(request, partition) if self._max_batch > 1 else None
         while True:
-            if lane is not None:
-                response = await self._enqueue(lane, request)
-            else:
-                response = await self._send_one(partition, request)
+            response = await self._send_one(partition, request)
             errors = response_errors(response)
             if not errors or not any(e.is_coordinator_error for e in errors) or time.monotonic() >= deadline:
                 return response
@@ -185,14 +222,15 @@ class RayGroupClient(GroupApi):
             return error_response(request, Errors.NOT_COORDINATOR)
 
     # --- coalescing --------------------------------------------------------------------------------
-    def _enqueue(self, key: tuple, request: Any) -> asyncio.Future:
+    def _enqueue(self, key: tuple, slot: _Slot) -> None:
+        if slot.future.done():  # cancelled by its caller meanwhile
+            self._outstanding.discard(slot)
+            return
         lane = self._lanes.get(key)
         if lane is None:
             lane = self._lanes[key] = _Lane()
-        future = self._loop.create_future()
-        lane.queue.append((request, future))
+        lane.queue.append(slot)
         self._schedule(key, lane)
-        return future
 
     def _schedule(self, key: tuple, lane: _Lane) -> None:
         if lane.scheduled or not lane.queue or (key[3] and lane.in_flight):
@@ -212,9 +250,10 @@ class RayGroupClient(GroupApi):
         if not lane.queue and not lane.in_flight and not lane.scheduled:
             self._lanes.pop(key, None)
 
-    async def _send_batch(self, key: tuple, lane: _Lane, batch: list) -> None:
+    async def _send_batch(self, key: tuple, lane: _Lane, batch: list[_Slot]) -> None:
         partition = key[0]
-        requests = [r for r, _ in batch]
+        requests = [slot.request for slot in batch]
+        failure: BaseException | None = None
         try:
             if len(requests) == 1:
                 responses = [await self._handle(partition).handle.remote(requests[0])]
@@ -226,23 +265,43 @@ class RayGroupClient(GroupApi):
             self._forget(partition)
             responses = [error_response(r, Errors.NOT_COORDINATOR) for r in requests]
         except Exception as e:  # a bug, not the shard's answer: every caller sees it rather than hang
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(e)
-            responses = None
+            failure, responses = e, [None] * len(requests)
         finally:
             lane.in_flight -= 1
-        for (request, future), response in zip(batch, responses or [None] * len(batch), strict=True):
-            if future.done():
-                continue
-            if isinstance(response, BaseException):
+        for slot, response in zip(batch, responses, strict=True):
+            if failure is not None:
+                self._settle(slot, exception=failure)
+            elif isinstance(response, BaseException):
                 # The shard raised on this request alone: what a single call's RayTaskError becomes.
-                response = error_response(request, Errors.NOT_COORDINATOR)
-            future.set_result(response)
+                self._answer(key, slot, error_response(slot.request, Errors.NOT_COORDINATOR))
+            else:
+                self._answer(key, slot, response)
         if lane.queue:
             self._schedule(key, lane)
         elif not lane.in_flight and not lane.scheduled:
             self._lanes.pop(key, None)
+
+    def _answer(self, key: tuple, slot: _Slot, response: Any) -> None:
+        """Hand ``response`` to the caller, or retry the request after a backoff while its error is a
+        retriable coordinator error and its deadline allows (as ``_with_retries`` does for the others)."""
+        errors = response_errors(response)
+        now = time.monotonic()
+        if errors and any(e.is_coordinator_error for e in errors) and now < slot.deadline \
+                and not slot.future.done():
+            delay = min(slot.backoff, slot.deadline - now)
+            slot.backoff = min(slot.backoff * 2, _BACKOFF_MAX_S)
+            self._loop.call_later(delay, self._enqueue, key, slot)
+            return
+        self._settle(slot, response)
+
+    def _settle(self, slot: _Slot, response: Any = None, exception: BaseException | None = None) -> None:
+        self._outstanding.discard(slot)
+        if slot.future.done():
+            return
+        if exception is not None:
+            slot.future.set_exception(exception)
+        else:
+            slot.future.set_result(response)
 
     async def _per_group(self, request: Any) -> Any:
         by_partition: dict[int, list] = {}
