@@ -138,7 +138,13 @@ def bench_replay(root: str, n: int, distinct: bool, repeat: int) -> dict:
         return state
 
     load_s = best_of(load, repeat)
+    # What the loaded state holds per committed offset (every Python object it keeps, counted by tracemalloc).
+    gc.collect()
+    tracemalloc.start()
     state = load()
+    state_bytes = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    offsets = sum(len(v) for v in state.offsets.values())
     log.close()
 
     def naive():
@@ -150,14 +156,7 @@ def bench_replay(root: str, n: int, distinct: bool, repeat: int) -> dict:
         return s
 
     naive_s = best_of(naive, 1)
-    # What the loaded state holds per committed offset (every Python object it keeps, counted by tracemalloc).
-    del state
-    gc.collect()
-    tracemalloc.start()
-    state = load()
-    state_bytes = tracemalloc.get_traced_memory()[0]
-    tracemalloc.stop()
-    offsets = sum(len(v) for v in state.offsets.values())
+
     assert naive() == state, "fast loader and sequential replay disagree"
     size = sum(len(p) + 8 for p in payloads)
     return {
