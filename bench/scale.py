@@ -92,7 +92,7 @@ def memory_model() -> dict:
 def replay_scale(root: str, n: int) -> dict:
     keys = [OffsetCommitKey(f"group-{i // 1000}", f"topic-{(i // 100) % 10}", i) for i in range(n)]
     d = os.path.join(root, f"distinct-{n}")
-    write_log(d, commit_batches(n, 256, keys))
+    write_log(d, commit_batches(n, 250, keys))  # n a multiple of 250
     del keys
     payloads = payloads_of(d)
     unpackb = msgpack.unpackb
