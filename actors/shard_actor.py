@@ -326,6 +326,11 @@ class CoordinatorShard:
         merged = asyncio.get_running_loop().create_future()
 
         def merge(done: asyncio.Future) -> None:
+            if merged.done():
+                return
+            if done.cancelled():
+                merged.cancel()
+                return
             if done.exception() is not None:
                 merged.set_exception(done.exception())
                 return

@@ -18,13 +18,17 @@ would; what may merge (a *lane*):
   request leaves at once (after ``client.linger.ms``, 0 by default);
 * OffsetCommit of any groups of a shard: a lane of its own, so that a heartbeat never waits for a
   commit's append in the same call (no head-of-line blocking);
-* JoinGroup and SyncGroup, which the shard may park until a rebalance completes, only with requests of
-  the same group and kind that complete together (first joins that get a member id, rejoins, syncs),
-  with no limit on calls in flight, so a parked batch never holds back the request that completes it;
-* everything else is sent alone.
+* first JoinGroups of one group that ask for a member id (KIP-394; they are answered at once), and
+  SyncGroups of one group and generation (they complete together: when the leader's assignment is
+  durable, or when a rebalance or the pending-sync timeout ends the generation), with no limit on calls
+  in flight, so a parked batch never holds back the request that completes it;
+* everything else is sent alone, the other JoinGroups included: a rejoin may be answered at once or
+  park until the others rejoin, and a batch answers only when all of its requests are answered.
 
-Order is kept per lane (so per member and kind); each request keeps its own deadline and retries; a
-batch call that fails in Ray fails each of its requests with ``NOT_COORDINATOR``, as a single call would.
+Order is kept per lane (so per member and kind), retries included: a request that gets a retriable
+coordinator error goes back to the head of its lane after its backoff, and a one-in-flight lane waits
+for it. Each request keeps its own deadline; a batch call that fails in Ray fails each of its requests
+with ``NOT_COORDINATOR``, as a single call would.
 
 Thread-safe: calls are submitted to one private asyncio loop thread; every method returns a
 ``concurrent.futures.Future``.
@@ -35,7 +39,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
 import ray
@@ -66,9 +70,6 @@ from raygroups.ray_seam import Directory
 # the cap is lower: once the new leader serves, a client notices within a quarter of a second.
 _BACKOFF_START_S = 0.02
 _BACKOFF_MAX_S = 0.25
-# Most requests one batch call carries (the shard refuses more: ``MAX_BATCH_REQUESTS`` there).
-MAX_BATCH_REQUESTS = 1_000
-
 
 def lane_of(request: Any, partition: int) -> tuple | None:
     """The lane a request may merge in (see the module docstring), or None to send it alone.
@@ -79,10 +80,12 @@ def lane_of(request: Any, partition: int) -> tuple | None:
     if kind is OffsetCommitRequest:
         return (partition, "commit", None, True)
     if kind is JoinGroupRequest:
-        first = request.member_id == UNKNOWN_MEMBER_ID and request.group_instance_id is None
-        return (partition, "join-first" if first else "join", request.group_id, False)
+        if request.member_id == UNKNOWN_MEMBER_ID and request.group_instance_id is None \
+                and request.require_known_member_id:
+            return (partition, "join-first", request.group_id, False)
+        return None
     if kind is SyncGroupRequest:
-        return (partition, "sync", request.group_id, False)
+        return (partition, "sync", (request.group_id, request.generation_id), False)
     return None
 
 
@@ -118,7 +121,8 @@ class RayGroupClient(GroupApi):
         self._inbox: list[tuple[tuple, _Slot]] = []  # from callers' threads to the loop
         self._inbox_lock = threading.Lock()
         self._outstanding: set[_Slot] = set()  # the loop's: coalesced requests not answered yet
-        self.batch_stats = {"calls": 0, "requests": 0}
+        # Ray calls made: "calls" carried "requests" coalesced requests; "single_calls" one request each.
+        self.batch_stats = {"calls": 0, "requests": 0, "single_calls": 0}
         self._handles: dict[int, Any] = {}
         self._handles_lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
@@ -128,9 +132,10 @@ class RayGroupClient(GroupApi):
 
     # ------------------------------------------------------------------------------------------
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
+        with self._inbox_lock:
+            if self._closed:
+                return
+            self._closed = True
         try:  # calls still in flight end here: their callers see them cancelled
             asyncio.run_coroutine_threadsafe(self._cancel_pending(), self._loop).result(timeout=5)
         except Exception:  # noqa: BLE001 - closing regardless
@@ -139,7 +144,9 @@ class RayGroupClient(GroupApi):
         self._thread.join(timeout=5)
 
     async def _cancel_pending(self) -> None:
-        for slot in list(self._outstanding):
+        with self._inbox_lock:
+            arrived, self._inbox = self._inbox, []
+        for slot in [*self._outstanding, *(slot for _, slot in arrived)]:
             slot.future.cancel()
         self._outstanding.clear()
         tasks = [t for t in asyncio.all_tasks(self._loop) if t is not asyncio.current_task()]
@@ -160,6 +167,8 @@ class RayGroupClient(GroupApi):
         future: Future = Future()
         slot = _Slot(request, future, time.monotonic() + self._timeout_ms(request) / 1000.0)
         with self._inbox_lock:
+            if self._closed:
+                raise RuntimeError("this client is closed")
             self._inbox.append((lane, slot))
             wake = len(self._inbox) == 1
         if wake:
@@ -214,6 +223,7 @@ class RayGroupClient(GroupApi):
             backoff = min(backoff * 2, _BACKOFF_MAX_S)
 
     async def _send_one(self, partition: int, request: Any) -> Any:
+        self.batch_stats["single_calls"] += 1
         try:
             return await self._handle(partition).handle.remote(request)
         except (ray.exceptions.RayError, ValueError):
@@ -244,7 +254,13 @@ class RayGroupClient(GroupApi):
     def _flush(self, key: tuple, lane: _Lane) -> None:
         lane.scheduled = False
         while lane.queue and not (key[3] and lane.in_flight):
+            for slot in lane.queue:
+                if slot.future.done():  # its caller gave up on it before it left: it never will
+                    self._outstanding.discard(slot)
+            lane.queue = [slot for slot in lane.queue if not slot.future.done()]
             batch, lane.queue = lane.queue[:self._max_batch], lane.queue[self._max_batch:]
+            if not batch:
+                break
             lane.in_flight += 1
             self._loop.create_task(self._send_batch(key, lane, batch))
         if not lane.queue and not lane.in_flight and not lane.scheduled:
@@ -268,40 +284,59 @@ class RayGroupClient(GroupApi):
             failure, responses = e, [None] * len(requests)
         finally:
             lane.in_flight -= 1
+        retry: list[_Slot] = []
         for slot, response in zip(batch, responses, strict=True):
             if failure is not None:
                 self._settle(slot, exception=failure)
-            elif isinstance(response, BaseException):
+                continue
+            if isinstance(response, BaseException):
                 # The shard raised on this request alone: what a single call's RayTaskError becomes.
-                self._answer(key, slot, error_response(slot.request, Errors.NOT_COORDINATOR))
+                response = error_response(slot.request, Errors.NOT_COORDINATOR)
+            if self._should_retry(slot, response):
+                retry.append(slot)
             else:
-                self._answer(key, slot, response)
+                self._settle(slot, response)
+        if retry:
+            # Back to the head of the lane after the backoff; meanwhile the lane counts them as in flight,
+            # so nothing issued after them overtakes them.
+            lane.in_flight += 1
+            delay = max(0.0, min(max(s.backoff for s in retry), min(s.deadline for s in retry) - time.monotonic()))
+            for s in retry:
+                s.backoff = min(s.backoff * 2, _BACKOFF_MAX_S)
+            self._loop.call_later(delay, self._requeue, key, lane, retry)
         if lane.queue:
             self._schedule(key, lane)
         elif not lane.in_flight and not lane.scheduled:
             self._lanes.pop(key, None)
 
-    def _answer(self, key: tuple, slot: _Slot, response: Any) -> None:
-        """Hand ``response`` to the caller, or retry the request after a backoff while its error is a
-        retriable coordinator error and its deadline allows (as ``_with_retries`` does for the others)."""
+    def _should_retry(self, slot: _Slot, response: Any) -> bool:
+        """A retriable coordinator error while the request's deadline allows (as ``_with_retries``)."""
         errors = response_errors(response)
-        now = time.monotonic()
-        if errors and any(e.is_coordinator_error for e in errors) and now < slot.deadline \
-                and not slot.future.done():
-            delay = min(slot.backoff, slot.deadline - now)
-            slot.backoff = min(slot.backoff * 2, _BACKOFF_MAX_S)
-            self._loop.call_later(delay, self._enqueue, key, slot)
-            return
-        self._settle(slot, response)
+        return bool(errors) and any(e.is_coordinator_error for e in errors) \
+            and time.monotonic() < slot.deadline and not slot.future.done()
+
+    def _requeue(self, key: tuple, lane: _Lane, slots: list[_Slot]) -> None:
+        lane.in_flight -= 1
+        live = [s for s in slots if not s.future.done()]
+        for s in slots:
+            if s.future.done():
+                self._outstanding.discard(s)
+        if self._lanes.get(key) is not lane:  # the lane was dropped meanwhile: start it again
+            self._lanes[key] = lane
+        lane.queue[:0] = live
+        self._schedule(key, lane)
+        if not lane.queue and not lane.in_flight and not lane.scheduled:
+            self._lanes.pop(key, None)
 
     def _settle(self, slot: _Slot, response: Any = None, exception: BaseException | None = None) -> None:
         self._outstanding.discard(slot)
-        if slot.future.done():
-            return
-        if exception is not None:
-            slot.future.set_exception(exception)
-        else:
-            slot.future.set_result(response)
+        try:
+            if exception is not None:
+                slot.future.set_exception(exception)
+            else:
+                slot.future.set_result(response)
+        except InvalidStateError:  # its caller cancelled it meanwhile (a timeout in its own thread)
+            pass
 
     async def _per_group(self, request: Any) -> Any:
         by_partition: dict[int, list] = {}

@@ -185,7 +185,12 @@ class ConsumerHost:
         results: list[dict | None] = [None] * len(self.members)
 
         def run_member(i: int) -> None:
-            results[i] = self.members[i].run()
+            member = self.members[i]
+            try:
+                results[i] = member.run()
+            except Exception as e:  # noqa: BLE001 - e.g. the user's processor raised: that member's end
+                member.fatal = f"{type(e).__name__}: {e}"
+                results[i] = member.stats()
 
         threads = [threading.Thread(target=run_member, args=(i,), name=f"member-{m.worker_id}", daemon=True)
                    for i, m in enumerate(self.members)]

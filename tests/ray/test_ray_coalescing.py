@@ -5,6 +5,8 @@ request by request; the shard refuses a malformed batch whole."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from raygroups.coordinator.messages import (
     HeartbeatRequest,
@@ -50,9 +52,12 @@ def test_lanes():
     assert lane_of(HeartbeatRequest("a", 1, "m"), 3) == lane_of(OffsetFetchRequest("b"), 3) == (3, "read", None, True)
     assert lane_of(OffsetCommitRequest("a", {}), 3) == (3, "commit", None, True)
     assert lane_of(_join_req(), 0) == (0, "join-first", "g", False)
-    assert lane_of(_join_req("m-1"), 0) == (0, "join", "g", False)
-    assert lane_of(_join_req(instance="i"), 0) == (0, "join", "g", False)  # a static join may park
-    assert lane_of(SyncGroupRequest("g", 1, "m", {}), 0) == (0, "sync", "g", False)
+    # A join that may park, or be answered at once next to one that parks, goes alone.
+    assert lane_of(_join_req("m-1"), 0) is None
+    assert lane_of(_join_req(instance="i"), 0) is None
+    assert lane_of(dataclasses.replace(_join_req(), require_known_member_id=False), 0) is None
+    assert lane_of(SyncGroupRequest("g", 1, "m", {}), 0) == (0, "sync", ("g", 1), False)
+    assert lane_of(SyncGroupRequest("g", 2, "m", {}), 0) != lane_of(SyncGroupRequest("g", 1, "m", {}), 0)
     assert lane_of(LeaveGroupRequest("g", (("m", None),)), 0) is None
 
 
@@ -177,3 +182,32 @@ def test_a_commit_waits_behind_an_earlier_one_stuck_at_a_paused_shard(cluster):
         os.kill(pid, signal.SIGCONT)
     assert early.result(30).errors == later.result(30).errors == {("orders", 0): Errors.NONE}
     assert client.fetch_offsets(group_id=group).result(30).offsets[("orders", 0)].offset == 20
+
+
+def test_a_request_its_caller_gave_up_on_does_not_hold_back_the_others(cluster):
+    """A caller cancels its future (a consumer's own timeout) while the request waits in a batch: the others
+    of the batch are still answered."""
+    import os
+    import signal
+
+    import ray
+
+    client = cluster.client()
+    group = next(g for g in (f"gave-up-{i}" for i in range(100)) if partition_for(g, 4) == 3)
+    pid = ray.get(cluster.shard(3).status.remote())["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        first = client.commit_offsets(group_id=group, offsets={("orders", 0): (1, "")})
+        lane = (3, "commit", None, True)
+        wait_for(lambda: lane in client._lanes and client._lanes[lane].in_flight == 1, 10, what="the first commit sent")
+        queued = [client.commit_offsets(group_id=group, offsets={("orders", p): (2, "")}) for p in range(3)]
+        wait_for(lambda: len(client._lanes[lane].queue) == 3, 10, what="three commits queued behind it")
+        assert queued[1].cancel()
+        first.cancel()  # in flight: its answer arrives for nobody
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert queued[0].result(30).errors == {("orders", 0): Errors.NONE}
+    assert queued[2].result(30).errors == {("orders", 2): Errors.NONE}
+    offsets = client.fetch_offsets(group_id=group).result(30).offsets
+    assert offsets[("orders", 0)].offset == 2 and offsets[("orders", 2)].offset == 2
+    assert ("orders", 1) not in offsets  # the cancelled one never left
