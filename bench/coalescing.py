@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import ray  # noqa: E402
 from raygroups.coordinator.errors import Errors  # noqa: E402
 
+from bench.throughput import _rate  # noqa: E402
 from raygroups.chaos.run import quiet_output  # noqa: E402
 from raygroups.client import RayGroupClient  # noqa: E402
 from raygroups.cluster import connect, start_local  # noqa: E402
@@ -136,6 +137,7 @@ class HeartbeatDriver:
             self._answers.append((time.time() - (time.perf_counter() - at), time.perf_counter() - at, error))
 
     def ping_rate(self, seconds: float, concurrency: int) -> float:
+        """``bench.throughput._rate``'s loop, in this process (a Ray worker that cannot import ``bench``)."""
         shard = self.cluster.shard(0)
 
         async def run() -> int:
@@ -223,45 +225,28 @@ def single_call_client(cluster) -> RayGroupClient:
 
 
 def bench_commits(cluster, clients: int, seconds: float) -> dict:
-    async def committers(client) -> float:
-        stop_at = time.perf_counter() + seconds
-        count = 0
+    shard = cluster.shard(0)
 
-        async def one(i: int) -> None:
-            nonlocal count
-            n = 0
-            while time.perf_counter() < stop_at:
-                r = await asyncio.wrap_future(client.commit_offsets(group_id=f"c-{i}", offsets={("bench", i % 16): (n, "")}))
-                assert r.errors == {("bench", i % 16): Errors.NONE}, r
-                n += 1
-                count += 1
+    def committers(client) -> float:
+        async def commit(i: int, n: int) -> None:
+            r = await asyncio.wrap_future(client.commit_offsets(group_id=f"c-{i}", offsets={("bench", i % 16): (n, "")}))
+            assert r.errors == {("bench", i % 16): Errors.NONE}, r
 
-        started = time.perf_counter()
-        await asyncio.gather(*(one(i) for i in range(clients)))
-        return count / (time.perf_counter() - started)
+        return asyncio.run(_rate(commit, clients, seconds))[0]
 
-    async def pings() -> float:
-        shard = cluster.shard(0)
-        stop_at = time.perf_counter() + seconds
-        count = 0
+    def pings() -> float:
+        async def ping(i: int, n: int) -> None:
+            await shard.ping.remote()
 
-        async def one() -> None:
-            nonlocal count
-            while time.perf_counter() < stop_at:
-                await shard.ping.remote()
-                count += 1
-
-        started = time.perf_counter()
-        await asyncio.gather(*(one() for _ in range(clients)))
-        return count / (time.perf_counter() - started)
+        return asyncio.run(_rate(ping, clients, seconds))[0]
 
     single = single_call_client(cluster)
     try:
-        noop = asyncio.run(pings())
-        before = ray.get(cluster.shard(0).status.remote())
-        coalesced = asyncio.run(committers(cluster.client()))
-        mid = ray.get(cluster.shard(0).status.remote())
-        alone = asyncio.run(committers(single))
+        noop = pings()
+        before = ray.get(shard.status.remote())
+        coalesced = committers(cluster.client())
+        mid = ray.get(shard.status.remote())
+        alone = committers(single)
     finally:
         single.close()
     return {"clients": clients, "noop_calls_per_s": round(noop, 1), "coalesced_commits_per_s": round(coalesced, 1),

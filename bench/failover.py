@@ -119,15 +119,14 @@ def _wait_full_isr(cluster, timeout_s: float = 180) -> None:
                        f"partitions {states}, shards {cluster.shard_status()}")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", default="10000,100000,1000000")
-    parser.add_argument("--duration", type=float, default=4.0)
-    args = parser.parse_args()
-    sizes = [int(s) for s in args.sizes.split(",")]
-    config = {"group.min.session.timeout.ms": 10, "request.timeout.ms": 120_000}
+CONFIG = {"group.min.session.timeout.ms": 10, "request.timeout.ms": 120_000}
+
+
+def measure_failovers(sizes: list[int]) -> list[dict]:
+    """On a simulated 3-node cluster, one partition per size: fill it with that many records, kill its
+    leader's node and measure (``_failover_once``), then bring the node back under its name."""
     failovers = []
-    cluster = start_local(num_partitions=len(sizes), num_nodes=3, config=config)
+    cluster = start_local(num_partitions=len(sizes), num_nodes=3, config=CONFIG)
     try:
         cluster.create_topic(FILL_TOPIC, FILL_PARTITIONS)
         for partition, size in enumerate(sizes):
@@ -136,14 +135,24 @@ def main() -> None:
             result = _failover_once(cluster, partition, group)
             result["fill_s"] = round(fill_s, 1)
             failovers.append(result)
-            print(f"failover with {size:>9} records: {result}", flush=True)
+            print(f"failover with {size:>10} records: {result}", flush=True)
             cluster.restart_node(result["victim"])  # back under its name: it rejoins the ISR of its partitions
             _wait_full_isr(cluster)
     finally:
         cluster.shutdown()
+    return failovers
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="10000,100000,1000000")
+    parser.add_argument("--duration", type=float, default=4.0)
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    failovers = measure_failovers(sizes)
     rates = {}
     for rf in (3, 1):
-        c = start_local(num_partitions=1, num_nodes=3, config={**config, "offsets.topic.replication.factor": rf,
+        c = start_local(num_partitions=1, num_nodes=3, config={**CONFIG, "offsets.topic.replication.factor": rf,
                                                               "min.insync.replicas": min(2, rf)})
         try:
             rates[rf] = _throughput(c, args.duration)

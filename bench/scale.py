@@ -126,26 +126,9 @@ def replay_scale(root: str, n: int) -> dict:
 
 
 def failover_scale(sizes: list[int]) -> list[dict]:
-    from bench.failover import FILL_PARTITIONS, FILL_TOPIC, _failover_once, _fill, _group_on, _wait_full_isr
-    from raygroups.cluster import start_local
+    from bench.failover import measure_failovers
 
-    out = []
-    cluster = start_local(num_partitions=len(sizes), num_nodes=3,
-                          config={"group.min.session.timeout.ms": 10, "request.timeout.ms": 120_000})
-    try:
-        cluster.create_topic(FILL_TOPIC, FILL_PARTITIONS)
-        for partition, size in enumerate(sizes):
-            group = _group_on(partition, cluster.num_partitions, "scale")
-            fill_s = _fill(cluster, group, size)
-            result = _failover_once(cluster, partition, group)
-            result["fill_s"] = round(fill_s, 1)
-            out.append(result)
-            print(f"failover with {size:>10} records: {result}", flush=True)
-            cluster.restart_node(result["victim"])
-            _wait_full_isr(cluster)
-    finally:
-        cluster.shutdown()
-    return out
+    return measure_failovers(sizes)
 
 
 def extrapolate(mem: dict, replays: list[dict], failovers: list[dict]) -> dict:

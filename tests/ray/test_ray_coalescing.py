@@ -5,7 +5,10 @@ request by request; the shard refuses a malformed batch whole."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
+import signal
 
 import pytest
 from raygroups.coordinator.messages import (
@@ -40,6 +43,25 @@ def cluster(ray_session, tmp_path_factory):
     c.create_topic("orders", 4)
     yield c
     c.shutdown()
+
+
+@contextlib.contextmanager
+def paused_shard(cluster, partition: int, prefix: str):
+    """SIGSTOP shard ``partition`` (SIGCONT on the way out); yields a group of it and the group's commit
+    lane once a first commit of the group (offset 1 on orders:0) is in flight there, and that commit."""
+    import ray
+
+    client = cluster.client()
+    group = next(g for g in (f"{prefix}-{i}" for i in range(100)) if partition_for(g, 4) == partition)
+    pid = ray.get(cluster.shard(partition).status.remote())["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        first = client.commit_offsets(group_id=group, offsets={("orders", 0): (1, "")})
+        lane = (partition, "commit", None, True)
+        wait_for(lambda: lane in client._lanes and client._lanes[lane].in_flight == 1, 10, what="the first commit sent")
+        yield group, lane, first
+    finally:
+        os.kill(pid, signal.SIGCONT)
 
 
 def _join_req(member_id="", group_id="g", instance=None):
@@ -162,24 +184,11 @@ def test_the_shard_refuses_a_malformed_batch_whole(cluster):
 def test_a_commit_waits_behind_an_earlier_one_stuck_at_a_paused_shard(cluster):
     """Ray does not keep the order of calls to an asyncio actor; the commit lane does. A commit stuck at
     a paused (SIGSTOP) shard holds back the member's next commit, so the late one cannot overwrite it."""
-    import os
-    import signal
-
-    import ray
-
     client = cluster.client()
-    group = next(g for g in (f"late-{i}" for i in range(100)) if partition_for(g, 4) == 2)
-    pid = ray.get(cluster.shard(2).status.remote())["pid"]
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        early = client.commit_offsets(group_id=group, offsets={("orders", 0): (10, "")})
-        lane = (2, "commit", None, True)
-        wait_for(lambda: lane in client._lanes and client._lanes[lane].in_flight == 1, 10, what="the early commit sent")
+    with paused_shard(cluster, 2, "late") as (group, lane, early):
         later = client.commit_offsets(group_id=group, offsets={("orders", 0): (20, "")})
         wait_for(lambda: len(client._lanes[lane].queue) == 1, 10, what="the later commit to queue behind it")
         assert not early.done() and not later.done()
-    finally:
-        os.kill(pid, signal.SIGCONT)
     assert early.result(30).errors == later.result(30).errors == {("orders", 0): Errors.NONE}
     assert client.fetch_offsets(group_id=group).result(30).offsets[("orders", 0)].offset == 20
 
@@ -187,25 +196,12 @@ def test_a_commit_waits_behind_an_earlier_one_stuck_at_a_paused_shard(cluster):
 def test_a_request_its_caller_gave_up_on_does_not_hold_back_the_others(cluster):
     """A caller cancels its future (a consumer's own timeout) while the request waits in a batch: the others
     of the batch are still answered."""
-    import os
-    import signal
-
-    import ray
-
     client = cluster.client()
-    group = next(g for g in (f"gave-up-{i}" for i in range(100)) if partition_for(g, 4) == 3)
-    pid = ray.get(cluster.shard(3).status.remote())["pid"]
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        first = client.commit_offsets(group_id=group, offsets={("orders", 0): (1, "")})
-        lane = (3, "commit", None, True)
-        wait_for(lambda: lane in client._lanes and client._lanes[lane].in_flight == 1, 10, what="the first commit sent")
+    with paused_shard(cluster, 3, "gave-up") as (group, lane, first):
         queued = [client.commit_offsets(group_id=group, offsets={("orders", p): (2, "")}) for p in range(3)]
         wait_for(lambda: len(client._lanes[lane].queue) == 3, 10, what="three commits queued behind it")
         assert queued[1].cancel()
         first.cancel()  # in flight: its answer arrives for nobody
-    finally:
-        os.kill(pid, signal.SIGCONT)
     assert queued[0].result(30).errors == {("orders", 0): Errors.NONE}
     assert queued[2].result(30).errors == {("orders", 2): Errors.NONE}
     offsets = client.fetch_offsets(group_id=group).result(30).offsets
