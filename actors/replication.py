@@ -28,11 +28,21 @@ from raygroups.offsets_log import Batch
 
 log = logging.getLogger(__name__)
 CATCH_UP_CHUNK_BYTES = 1 << 20
-MAINTENANCE_INTERVAL_S = 0.5
-# A leader answers only while the controller confirmed its leadership less than this long ago. It must
-# stay below the controller's silence threshold (3 s) before failing a leader over, so that a paused
-# leader that resumes after a failover refuses requests instead of serving stale reads.
-LEADERSHIP_LEASE_S = 2.0
+MAINTENANCE_INTERVAL_S = 0.5  # at most; a quarter of the lease when that is shorter
+
+
+def leadership_lease_s(session_timeout_ms: int) -> float:
+    """A leader answers only while the controller confirmed its leadership less than this long ago. It
+    stays below the controller's silence threshold before failing a leader over
+    (``shard.session.timeout.ms``), so that a paused leader that resumes after a failover refuses
+    requests instead of serving stale reads: 2 s at the default 3 s."""
+    return session_timeout_ms * 2 / 3 / 1000
+
+
+def maintenance_interval_s(session_timeout_ms: int) -> float:
+    """How often a leader asks the controller to confirm it: four times per lease, at most every 0.5 s."""
+    return min(MAINTENANCE_INTERVAL_S, leadership_lease_s(session_timeout_ms) / 4)
+
 # How long a starting leader waits while the controller has not yet checked this node's incarnation and
 # disk (it answers "wait"); the shard answers COORDINATOR_LOAD_IN_PROGRESS meanwhile.
 START_WAIT_S = 60.0
@@ -45,7 +55,7 @@ class Deposed(Exception):
 class LeaderReplication:
     def __init__(self, partition: int, node: str, controller, log_server: Callable[[str], object],
                  min_insync_replicas: int, replica_lag_ms: int, ray_node_id: str | None = None,
-                 actor_id: str | None = None) -> None:
+                 actor_id: str | None = None, session_timeout_ms: int = 3_000) -> None:
         self.partition = partition
         self.node = node
         self.ray_node_id = ray_node_id  # which incarnation of the node this leader runs on
@@ -59,6 +69,7 @@ class LeaderReplication:
         self.isr: set[str] = set()  # followers in sync (the leader is implicit)
         self.lock = asyncio.Lock()  # orders appends and ISR expansion
         self.confirmed_at = 0.0  # monotonic time the controller last confirmed this leadership
+        self.lease_s = leadership_lease_s(session_timeout_ms)
 
     async def _leader_started(self) -> dict:
         """A fresh leader epoch from the controller; it may ask this leader to wait (it has not yet checked
@@ -86,7 +97,7 @@ class LeaderReplication:
         self.isr = {n for n in meta["isr"] if n != self.node}
 
     def lease_valid(self) -> bool:
-        return time.monotonic() - self.confirmed_at < LEADERSHIP_LEASE_S
+        return time.monotonic() - self.confirmed_at < self.lease_s
 
     @property
     def followers(self) -> list[str]:

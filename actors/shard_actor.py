@@ -31,7 +31,7 @@ from raygroups.actors import log_compaction
 from raygroups.actors.log_server import ray_actor_id, ray_node_id
 from raygroups.actors.metrics import METRICS_INTERVAL_S, ShardMetrics
 from raygroups.actors.partition_writer import AppendFailed, LocalWriter, PartitionWriter, ReplicatedWriter
-from raygroups.actors.replication import MAINTENANCE_INTERVAL_S, LeaderReplication
+from raygroups.actors.replication import LeaderReplication, maintenance_interval_s
 from raygroups.actors.timers import AsyncioTimers, WallClock
 from raygroups.coordinator.api import dispatch, error_response, validate_request
 from raygroups.coordinator.config import CoordinatorConfig
@@ -135,7 +135,7 @@ class CoordinatorShard:
                 self._writer = ReplicatedWriter(LeaderReplication(
                     self.partition, self._node, self._directory.controller(), self._directory.log_server,
                     self.config.min_insync_replicas, self.config.replica_lag_time_max_ms, ray_node_id(),
-                    ray_actor_id(),
+                    ray_actor_id(), self.config.shard_session_timeout_ms,
                 ))
             ctx.epoch = await self._writer.start(ctx.epoch)
             plog = await loop.run_in_executor(self._io, self._open_log)
@@ -209,7 +209,7 @@ class CoordinatorShard:
     async def _maintenance_loop(self) -> None:
         await self._loaded
         while self._ctx.state is not PartitionState.FAILED:
-            await asyncio.sleep(MAINTENANCE_INTERVAL_S)
+            await asyncio.sleep(maintenance_interval_s(self.config.shard_session_timeout_ms))
             if self._ctx.state is not PartitionState.ACTIVE:
                 continue
             try:

@@ -49,6 +49,7 @@ _PROPERTIES: dict[str, _Prop] = {
     "unclean.leader.election.enable": _Prop("unclean_leader_election_enable", 0, 1, boolean=True),
     "client.linger.ms": _Prop("client_linger_ms", 0, 1_000),
     "client.max.batch.requests": _Prop("client_max_batch_requests", 1, 1_000),
+    "shard.session.timeout.ms": _Prop("shard_session_timeout_ms", 500, 300_000),
 }
 
 
@@ -94,6 +95,13 @@ class CoordinatorConfig:
     # requests one call carries (1: every request is a call of its own).
     client_linger_ms: int = 0
     client_max_batch_requests: int = 1_000
+    # Failure detection (replicated deployments), after KRaft's broker.session.timeout.ms (KIP-631): the
+    # controller fails a partition over once its leader shard has not answered its probes for this long
+    # (a killed, hung or paused process, or a node that went away); the leader stops answering on its own
+    # after 2/3 of it without the controller's confirmation (its lease), so a paused leader that resumes
+    # after a failover serves nothing stale. Lower: faster failover, but a leader that stalls this long
+    # under load (GC, a starved core, a slow fsync) is failed over although it was alive.
+    shard_session_timeout_ms: int = 3_000
 
     def __post_init__(self) -> None:
         for name, prop in _PROPERTIES.items():

@@ -53,7 +53,7 @@ from raygroups.placement.requests import on_expand_isr, on_leader_started, on_sh
 log = logging.getLogger(__name__)
 
 MONITOR_INTERVAL_S = 0.2
-PROBE_TIMEOUT_S = 1.0
+PROBE_TIMEOUT_S = 1.0  # at most; a third of shard.session.timeout.ms when that is shorter
 PERSIST_TIMEOUT_S = 5.0
 REPORT_TIMEOUT_S = 60.0  # a LogServer Ray is still starting on a busy node may take this long
 START_REPORTS_TIMEOUT_S = 30.0
@@ -229,7 +229,8 @@ class Controller:
             return ShardObservation(None)
         actor_id = self._actors.actor_id(handle)
         try:
-            answer = await asyncio.wait_for(handle.probe.remote(), PROBE_TIMEOUT_S)
+            answer = await asyncio.wait_for(handle.probe.remote(),
+                                            min(PROBE_TIMEOUT_S, self.settings.shard_silence_ms / 3000))
             return ShardObservation("ALIVE", actor_id, answer["state"], answer["node"])
         except (TimeoutError, ray.exceptions.RayError):
             state = await asyncio.to_thread(self._actors.actor_state, actor_id)

@@ -139,7 +139,8 @@ def _settings(cfg: CoordinatorConfig) -> Settings:
     return Settings(num_partitions=cfg.offsets_topic_num_partitions,
                     replication_factor=cfg.offsets_topic_replication_factor,
                     min_insync_replicas=cfg.min_insync_replicas,
-                    unclean_election=cfg.unclean_leader_election_enable)
+                    unclean_election=cfg.unclean_leader_election_enable,
+                    shard_silence_ms=cfg.shard_session_timeout_ms)
 
 
 def _warn_unlabelled() -> None:

@@ -142,6 +142,16 @@ def test_config_defaults_are_kafkas():
     assert c.unclean_leader_election_enable is False  # KIP-106
 
 
+def test_shard_session_timeout_reaches_the_controller_and_is_bounded():
+    from raygroups.deployment import _settings
+
+    assert _settings(CoordinatorConfig()).shard_silence_ms == 3_000
+    assert _settings(CoordinatorConfig.from_properties({"shard.session.timeout.ms": 1_200})).shard_silence_ms == 1_200
+    for bad in (499, 300_001, 0):
+        with pytest.raises(ValueError, match=r"shard.session.timeout.ms must be in \[500, 300000\]"):
+            CoordinatorConfig.from_properties({"shard.session.timeout.ms": bad})
+
+
 def test_unclean_leader_election_is_a_true_false_property_that_reaches_the_controller():
     from raygroups.deployment import _settings
 

@@ -90,6 +90,17 @@ def test_a_paused_leader_is_failed_over_after_the_silence_and_its_shard_replaced
     assert old.leader in w.state(p).isr
 
 
+def test_a_shorter_session_timeout_fails_a_paused_leader_over_sooner():
+    w = up(World(shard_silence_ms=1_000))
+    p = 1
+    old = w.state(p)
+    w.paused.add(old.leader)
+    w.run(800)
+    assert w.state(p).leader == old.leader  # 1 s of silence not reached yet
+    w.run_until(lambda: w.state(p).leader != old.leader, limit_ms=1_000)
+    assert w.state(p).leader in old.isr and w.state(p).leader_epoch > old.leader_epoch
+
+
 def test_a_killed_leader_node_fails_over_and_the_node_returning_under_its_name_rejoins():
     w = up(World())
     victim = "node-0"

@@ -186,15 +186,15 @@ def test_too_few_in_sync_replicas_refuses_the_write_and_renews_the_epoch(tmp_pat
 
 
 def test_leadership_lease_expires_without_confirmation(tmp_path):
-    """A leader the controller has not confirmed for LEADERSHIP_LEASE_S (a paused process) stops
-    answering; a maintenance round that confirms it renews the lease."""
-    from raygroups.actors.replication import LEADERSHIP_LEASE_S
+    """A leader the controller has not confirmed for its lease (a paused process) stops answering; a
+    maintenance round that confirms it renews the lease."""
 
     async def scenario():
         leader_log, follower, rep = setup(tmp_path)
         await rep.start()
+        assert rep.lease_s == 2.0  # 2/3 of the default shard.session.timeout.ms
         assert rep.lease_valid()
-        rep.confirmed_at -= LEADERSHIP_LEASE_S + 0.1  # as after a pause
+        rep.confirmed_at -= rep.lease_s + 0.1  # as after a pause
         assert not rep.lease_valid()
         await rep.maintain(leader_log, run_io)
         assert rep.lease_valid()
@@ -232,3 +232,15 @@ def test_a_follower_the_controller_cannot_drop_now_leaves_the_batch_unacknowledg
         assert leader_log.log_end_offset == 1 and "F" not in rep.isr
 
     asyncio.run(scenario())
+
+
+def test_lease_and_confirmation_follow_the_session_timeout():
+    """shard.session.timeout.ms sets the lease (2/3 of it, below the controller's silence threshold) and
+    how often the leader renews it (four times per lease, at most every 0.5 s)."""
+    from raygroups.actors.replication import leadership_lease_s, maintenance_interval_s
+
+    assert leadership_lease_s(3_000) == 2.0
+    assert maintenance_interval_s(3_000) == 0.5
+    assert leadership_lease_s(900) == 0.6
+    assert maintenance_interval_s(900) == 0.15
+    assert maintenance_interval_s(30_000) == 0.5
