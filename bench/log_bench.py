@@ -67,7 +67,11 @@ def machine() -> dict:
     }
 
 
-def commit_batches(n_records: int, per_batch: int, keys: list[OffsetCommitKey], start_ts: int = 1_700_000_000_000):
+def commit_batches(n_records: int, per_batch: int, keys: list[OffsetCommitKey], start_ts: int = 1_700_000_000_000,
+                   in_order: bool = False):
+    """``n_records`` commits in batches of ``per_batch``: keys scattered, one commit timestamp per record;
+    or (``in_order``) keys in list order and one timestamp per batch, as a consumer's commit request of
+    many partitions writes them (Kafka stamps every offset of a request with the same time)."""
     out = []
     offset = 0
     k = len(keys)
@@ -75,7 +79,10 @@ def commit_batches(n_records: int, per_batch: int, keys: list[OffsetCommitKey], 
         recs = []
         for i in range(per_batch):
             j = offset + i
-            recs.append((keys[(j * 7919) % k], OffsetCommitValue(j, 5, "", start_ts + j)))
+            if in_order:
+                recs.append((keys[j % k], OffsetCommitValue(j, 5, "", start_ts + offset)))
+            else:
+                recs.append((keys[(j * 7919) % k], OffsetCommitValue(j, 5, "", start_ts + j)))
         out.append(Batch(offset, 1, start_ts + offset, tuple(recs)))
         offset += per_batch
     return out
@@ -101,13 +108,19 @@ def best_of(fn, repeat: int) -> float:
     return best
 
 
-def bench_replay(root: str, n: int, distinct: bool, repeat: int) -> dict:
-    if distinct:
+def bench_replay(root: str, n: int, kind: str, repeat: int) -> dict:
+    """``kind``: "overwrites" (10 k keys, 100 records each), "distinct" (every key distinct, every group
+    with partitions of its own: the worst case for memory) or "shared" (every key distinct, n / 1000
+    groups committing the same 10 topics x 100 partitions, a timestamp per commit: a compacted log of a
+    real cluster)."""
+    if kind == "distinct":
         keys = [OffsetCommitKey(f"group-{i // 1000}", f"topic-{(i // 100) % 10}", i) for i in range(n)]
+    elif kind == "shared":
+        keys = [OffsetCommitKey(f"group-{i // 1000}", f"topic-{(i // 100) % 10}", i % 100) for i in range(n)]
     else:
         keys = [OffsetCommitKey(f"group-{g}", f"topic-{t}", p) for g in range(100) for t in range(5) for p in range(20)]
-    d = os.path.join(root, "replay-distinct" if distinct else "replay")
-    batches = commit_batches(n, 64, keys)
+    d = os.path.join(root, f"replay-{kind}")
+    batches = commit_batches(n, 100 if kind == "shared" else 64, keys, in_order=kind == "shared")
     write_log(d, batches)
     payloads = payloads_of(d)
     unpackb = msgpack.unpackb
@@ -267,8 +280,9 @@ def main() -> None:
     started_on = machine()
     started = time.perf_counter()
     try:
-        replay_main = bench_replay(root, n, distinct=False, repeat=3)
-        replay_distinct = bench_replay(root, n, distinct=True, repeat=1)
+        replay_main = bench_replay(root, n, "overwrites", repeat=3)
+        replay_distinct = bench_replay(root, n, "distinct", repeat=1)
+        replay_shared = bench_replay(root, n, "shared", repeat=1)
         appends = [bench_append(root, k, 1.0 if args.quick else 4.0) for k in (1, 16, 256)]
         compaction = bench_compaction(root, 50_000 if args.quick else 300_000)
     finally:
@@ -277,6 +291,7 @@ def main() -> None:
         "machine": started_on,
         "replay": replay_main,
         "replay_all_keys_distinct": replay_distinct,
+        "replay_distinct_keys_groups_share_partitions": replay_shared,
         "append_fsync_per_batch": appends,
         "compaction": compaction,
         "total_seconds": time.perf_counter() - started,
@@ -289,7 +304,8 @@ def main() -> None:
         f"load average {m['load_average_1m_at_start']:.2f} at start"
     )
     print(f"{'measure':<58}{'value':>16}")
-    for name, r in (("replay, 10k keys", replay_main), ("replay, all keys distinct", replay_distinct)):
+    for name, r in (("replay, 10k keys", replay_main), ("replay, all keys distinct", replay_distinct),
+                    ("replay, distinct, shared partitions", replay_shared)):
         print(f"{name + ': replay records/s (files, CRC, apply)':<58}{r['loader_records_per_s']:>16,.0f}")
         print(f"{name + ': raw msgpack decode records/s':<58}{r['raw_msgpack_decode_records_per_s']:>16,.0f}")
         print(f"{name + ': replay / raw':<58}{r['loader_vs_raw']:>16.2f}")

@@ -50,7 +50,7 @@ def apply(state: DurableState, key: RecordKey, value: RecordValue) -> tuple:
     """Apply one record (rules 1-4) to ``state``; return a token that ``undo`` uses to revert exactly it."""
     if type(key) is OffsetCommitKey:
         group = key.group
-        tp = (key.topic, key.partition)
+        tp = (state.topics.setdefault(key.topic, key.topic), key.partition)
         by_tp = state.offsets.get(group)
         prev = by_tp.get(tp, _MISSING) if by_tp is not None else _MISSING
         prev_group = state.groups.get(group, _MISSING)

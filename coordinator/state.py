@@ -27,6 +27,9 @@ class DurableState:
 
     offsets: dict[str, dict[TopicPartition, OffsetCommitValue]] = field(default_factory=dict)
     groups: dict[str, GroupMetadataValue | None] = field(default_factory=dict)
+    # One string per topic name, however many offsets of however many groups name it (a decoded record,
+    # or a request, brings a new string each time).
+    topics: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     def replay(self, key: RecordKey, value: RecordValue) -> tuple:
         """Apply one record (``replay_rules.apply``); return a token that ``undo`` uses to revert exactly it."""
@@ -40,4 +43,4 @@ class DurableState:
         return None if by_tp is None else by_tp.get((topic, partition))
 
     def copy(self) -> DurableState:
-        return DurableState({g: dict(tps) for g, tps in self.offsets.items()}, dict(self.groups))
+        return DurableState({g: dict(tps) for g, tps in self.offsets.items()}, dict(self.groups), self.topics)

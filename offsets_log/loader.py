@@ -176,6 +176,13 @@ def _install(last: dict, presence: GroupPresence, state: DurableState) -> None:
     all_fields = unpackb(b"\xdd" + len(keys).to_bytes(4, "big") + b"".join(keys), use_list=False)
     if len(all_fields) != len(keys):
         raise RecordFormatError("a record key is not one msgpack value")
+    # Objects that many offsets share are kept once: a topic's name (``state.topics``, which the live
+    # write path uses too), a (topic, partition) that many groups commit, and the commit timestamp of one
+    # commit request (one number for all its partitions); the last two are found through dicts that go
+    # with this call. A compacted log of many groups over the same topics loads into half the memory.
+    intern_topic = state.topics.setdefault
+    intern_tp = {}.setdefault
+    intern_ts = {}.setdefault
     current_group = None
     by_tp: dict = {}
     for fields, value in zip(all_fields, values, strict=True):
@@ -186,13 +193,18 @@ def _install(last: dict, presence: GroupPresence, state: DurableState) -> None:
                 if by_tp is None:
                     by_tp = offsets[group] = {}
                 current_group = group
+            topic = fields[2]
+            tp = (intern_topic(topic, topic), fields[3])
+            tp = intern_tp(tp, tp)
             # Inlined decode_offset_commit_value for the two versions (v0 has no expire timestamp).
-            if type(value) is tuple and len(value) == 5 and value[0] == 0:
-                by_tp[(fields[2], fields[3])] = new_value(ocv, value[1:] + no_expiry)
-            elif type(value) is tuple and len(value) == 6 and value[0] == 1:
-                by_tp[(fields[2], fields[3])] = new_value(ocv, value[1:])
+            if type(value) is tuple and len(value) == 6 and value[0] == 1:
+                ts = value[4]
+                by_tp[tp] = new_value(ocv, (value[1], value[2], value[3], intern_ts(ts, ts), value[5]))
+            elif type(value) is tuple and len(value) == 5 and value[0] == 0:
+                ts = value[4]
+                by_tp[tp] = new_value(ocv, (value[1], value[2], value[3], intern_ts(ts, ts), None))
             else:
-                by_tp[(fields[2], fields[3])] = oc_value(value)
+                by_tp[tp] = oc_value(value)
             continue
         type_id = fields[0]
         if type_id == GROUP_METADATA_KEY_TYPE:

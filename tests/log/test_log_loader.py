@@ -106,3 +106,27 @@ def test_summary_reports_bytes_and_dropped_tail(tmp_path):
     with open_log(tmp_path / "p") as log:
         summary = replay(log, DurableState())
     assert summary.records == 5 and summary.bytes == size and summary.bytes_dropped == 3
+
+
+def test_loaded_offsets_share_topic_partitions_and_commit_timestamps(tmp_path):
+    """Two groups committing the same partitions in one request each: the loaded state holds one
+    (topic, partition) tuple, one topic name and one timestamp per request, shared by every offset that
+    has them (memory per offset of a compacted log), and equals sequential replay; the live write path
+    keeps using the same topic name."""
+    ts_a, ts_b = 1_700_000_000_123, 1_700_000_000_456
+    batches = make_batches([
+        [oc("a", "orders", p, 1000 + p, -1, "", ts_a) for p in range(3)],
+        [oc("b", "orders", p, 2000 + p, -1, "", ts_b) for p in range(3)],
+    ])
+    state, _ = load(tmp_path / "p", batches)
+    assert state == sequential_state(batches)
+    a, b = state.offsets["a"], state.offsets["b"]
+    for tp_a, tp_b in zip(sorted(a), sorted(b), strict=True):
+        assert tp_a == tp_b and tp_a is next(tp for tp in b if tp == tp_a)
+    assert len({id(tp[0]) for by_tp in (a, b) for tp in by_tp}) == 1
+    assert len({id(v.commit_timestamp_ms) for v in a.values()}) == 1
+    assert {v.commit_timestamp_ms for v in b.values()} == {ts_b}
+    assert [a[("orders", p)].offset for p in range(3)] == [1000, 1001, 1002]
+    key, value = oc("c", "orders", 7, 5, -1, "", ts_b)
+    state.replay(key, value)
+    assert next(iter(state.offsets["c"]))[0] is next(iter(a))[0]
