@@ -166,7 +166,6 @@ def _install(last: dict, presence: GroupPresence, state: DurableState) -> None:
     new_value = tuple.__new__
     ocv = OffsetCommitValue
     oc_type = OFFSET_COMMIT_KEY_TYPE
-    no_expiry = (None,)
     keys = list(last)
     values = list(last.values())
     if None in values:  # tombstones left nothing behind
