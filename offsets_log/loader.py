@@ -176,12 +176,13 @@ def _install(last: dict, presence: GroupPresence, state: DurableState) -> None:
     if len(all_fields) != len(keys):
         raise RecordFormatError("a record key is not one msgpack value")
     # Objects that many offsets share are kept once: a topic's name (``state.topics``, which the live
-    # write path uses too), a (topic, partition) that many groups commit, and the commit timestamp of one
-    # commit request (one number for all its partitions); the last two are found through dicts that go
-    # with this call. A compacted log of many groups over the same topics loads into half the memory.
+    # write path uses too), a (topic, partition) that many groups commit (found through a dict that goes
+    # with this call), and the commit timestamp of one commit request, one number for all its partitions
+    # (they come one after the other). A compacted log of many groups over the same topics loads into
+    # half the memory.
     intern_topic = state.topics.setdefault
     intern_tp = {}.setdefault
-    intern_ts = {}.setdefault
+    ts = None
     current_group = None
     by_tp: dict = {}
     for fields, value in zip(all_fields, values, strict=True):
@@ -197,11 +198,13 @@ def _install(last: dict, presence: GroupPresence, state: DurableState) -> None:
             tp = intern_tp(tp, tp)
             # Inlined decode_offset_commit_value for the two versions (v0 has no expire timestamp).
             if type(value) is tuple and len(value) == 6 and value[0] == 1:
-                ts = value[4]
-                by_tp[tp] = new_value(ocv, (value[1], value[2], value[3], intern_ts(ts, ts), value[5]))
+                if value[4] != ts:
+                    ts = value[4]
+                by_tp[tp] = new_value(ocv, (value[1], value[2], value[3], ts, value[5]))
             elif type(value) is tuple and len(value) == 5 and value[0] == 0:
-                ts = value[4]
-                by_tp[tp] = new_value(ocv, (value[1], value[2], value[3], intern_ts(ts, ts), None))
+                if value[4] != ts:
+                    ts = value[4]
+                by_tp[tp] = new_value(ocv, (value[1], value[2], value[3], ts, None))
             else:
                 by_tp[tp] = oc_value(value)
             continue
