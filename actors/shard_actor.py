@@ -261,11 +261,41 @@ class CoordinatorShard:
         ``handle`` would, in the list's order, with its own response; the call returns when all are
         answered. A batch that is not a list of at most ``client.max.batch.requests`` requests is refused
         whole (``TypeError``/``ValueError``), before any of them is looked at."""
+        begun = self._begin_batch("handle_batch", requests)
+        responses = await asyncio.gather(*(answer for answer, _ in begun), return_exceptions=True)
+        for r, (_, counted), response in zip(requests, begun, responses, strict=True):
+            if counted and not isinstance(response, BaseException):
+                self._metrics.on_response(r, response)
+        return list(responses)
+
+    async def handle_stream(self, requests: list):
+        """As ``handle_batch``, but each answer goes back as soon as it is ready, not when the last one is:
+        a Ray streaming generator of lists of ``(index in requests, response)``, one list per wake-up of
+        this shard that answered some. For requests of which some park and some are answered at once
+        (JoinGroups: a rejoin waits for the rebalance, a first join or a member's rejoin that completes
+        the join phase does not), so that none waits for another."""
+        begun = self._begin_batch("handle_stream", requests)
+        pending: dict[asyncio.Future, list[int]] = {}
+        for i, (answer, _) in enumerate(begun):
+            pending.setdefault(answer, []).append(i)
+        while pending:
+            done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            chunk = []
+            for answer in done:
+                # (as gather's return_exceptions: a cancelled answer is its CancelledError)
+                response = asyncio.CancelledError() if answer.cancelled() else answer.exception() or answer.result()
+                for i in pending.pop(answer):
+                    if begun[i][1] and not isinstance(response, BaseException):
+                        self._metrics.on_response(requests[i], response)
+                    chunk.append((i, response))
+            yield chunk
+
+    def _begin_batch(self, what: str, requests: list) -> list[tuple[asyncio.Future, bool]]:
         if type(requests) is not list:
-            raise TypeError(f"handle_batch takes a list of requests, got {type(requests).__name__}")
+            raise TypeError(f"{what} takes a list of requests, got {type(requests).__name__}")
         limit = self.config.client_max_batch_requests
         if not 1 <= len(requests) <= limit:
-            raise ValueError(f"handle_batch takes 1 to {limit} requests (client.max.batch.requests), "
+            raise ValueError(f"{what} takes 1 to {limit} requests (client.max.batch.requests), "
                              f"got {len(requests)}")
         # Every request reaches the runtime here, one after the other in the list's order (``_begin`` does
         # not yield), so the commits among them join one open batch: one append and one fsync. A request too
@@ -276,11 +306,7 @@ class CoordinatorShard:
                 begun.append(self._begin(r))
             except Exception as e:  # noqa: BLE001 - that request's answer
                 begun.append((_raised(e), False))
-        responses = await asyncio.gather(*(answer for answer, _ in begun), return_exceptions=True)
-        for r, (_, counted), response in zip(requests, begun, responses, strict=True):
-            if counted and not isinstance(response, BaseException):
-                self._metrics.on_response(r, response)
-        return list(responses)
+        return begun
 
     def _begin(self, request: Any) -> tuple[asyncio.Future, bool]:
         """Check ``request`` and hand it to the runtime, without yielding: (the future of its response,

@@ -18,12 +18,14 @@ would; what may merge (a *lane*):
   request leaves at once (after ``client.linger.ms``, 0 by default);
 * OffsetCommit of any groups of a shard: a lane of its own, so that a heartbeat never waits for a
   commit's append in the same call (no head-of-line blocking);
-* first JoinGroups of one group that ask for a member id (KIP-394; they are answered at once), and
-  SyncGroups of one group and generation (they complete together: when the leader's assignment is
-  durable, or when a rebalance or the pending-sync timeout ends the generation), with no limit on calls
-  in flight, so a parked batch never holds back the request that completes it;
-* everything else is sent alone, the other JoinGroups included: a rejoin may be answered at once or
-  park until the others rejoin, and a batch answers only when all of its requests are answered.
+* JoinGroups of one group, and SyncGroups of one group and generation (they complete together: when
+  the leader's assignment is durable, or when a rebalance or the pending-sync timeout ends the
+  generation), with no limit on calls in flight, so a parked call never holds back the request that
+  completes it. A JoinGroup may be answered at once (a first join asking for a member id, KIP-394; the
+  rejoin that completes the join phase) or park until the others rejoin, so the joins travel in a
+  streaming call (``handle_stream``) that brings each answer back as soon as it is ready: none waits
+  for another;
+* everything else is sent alone.
 
 Order is kept per lane (so per member and kind), retries included: a request that gets a retriable
 coordinator error goes back to the head of its lane after its backoff, and a one-in-flight lane waits
@@ -55,7 +57,6 @@ from raygroups.coordinator.api import (
 from raygroups.coordinator.config import CoordinatorConfig
 from raygroups.coordinator.errors import Errors
 from raygroups.coordinator.messages import (
-    UNKNOWN_MEMBER_ID,
     HeartbeatRequest,
     JoinGroupRequest,
     ListGroupsResponse,
@@ -80,10 +81,7 @@ def lane_of(request: Any, partition: int) -> tuple | None:
     if kind is OffsetCommitRequest:
         return (partition, "commit", None, True)
     if kind is JoinGroupRequest:
-        if request.member_id == UNKNOWN_MEMBER_ID and request.group_instance_id is None \
-                and request.require_known_member_id:
-            return (partition, "join-first", request.group_id, False)
-        return None
+        return (partition, "join", request.group_id, False)
     if kind is SyncGroupRequest:
         return (partition, "sync", (request.group_id, request.generation_id), False)
     return None
@@ -269,45 +267,61 @@ class RayGroupClient(GroupApi):
     async def _send_batch(self, key: tuple, lane: _Lane, batch: list[_Slot]) -> None:
         partition = key[0]
         requests = [slot.request for slot in batch]
-        failure: BaseException | None = None
-        try:
-            if len(requests) == 1:
-                responses = [await self._handle(partition).handle.remote(requests[0])]
-            else:
-                responses = await self._handle(partition).handle_batch.remote(requests)
-            self.batch_stats["calls"] += 1
-            self.batch_stats["requests"] += len(requests)
-        except (ray.exceptions.RayError, ValueError):
-            self._forget(partition)
-            responses = [error_response(r, Errors.NOT_COORDINATOR) for r in requests]
-        except Exception as e:  # a bug, not the shard's answer: every caller sees it rather than hang
-            failure, responses = e, [None] * len(requests)
-        finally:
-            lane.in_flight -= 1
-        retry: list[_Slot] = []
-        for slot, response in zip(batch, responses, strict=True):
-            if failure is not None:
-                self._settle(slot, exception=failure)
-                continue
+        answered = [False] * len(batch)
+
+        def answer(i: int, response: Any, retry: list[_Slot]) -> None:
+            answered[i] = True
             if isinstance(response, BaseException):
                 # The shard raised on this request alone: what a single call's RayTaskError becomes.
-                response = error_response(slot.request, Errors.NOT_COORDINATOR)
-            if self._should_retry(slot, response):
-                retry.append(slot)
+                response = error_response(batch[i].request, Errors.NOT_COORDINATOR)
+            if self._should_retry(batch[i], response):
+                retry.append(batch[i])
             else:
-                self._settle(slot, response)
-        if retry:
-            # Back to the head of the lane after the backoff; meanwhile the lane counts them as in flight,
-            # so nothing issued after them overtakes them.
-            lane.in_flight += 1
-            delay = max(0.0, min(max(s.backoff for s in retry), min(s.deadline for s in retry) - time.monotonic()))
-            for s in retry:
-                s.backoff = min(s.backoff * 2, _BACKOFF_MAX_S)
-            self._loop.call_later(delay, self._requeue, key, lane, retry)
+                self._settle(batch[i], response)
+
+        retry: list[_Slot] = []
+        try:
+            handle = self._handle(partition)
+            self.batch_stats["calls"] += 1
+            self.batch_stats["requests"] += len(requests)
+            if len(requests) == 1:
+                answer(0, await handle.handle.remote(requests[0]), retry)
+            elif key[1] == "join":
+                async for ref in handle.handle_stream.remote(requests):
+                    answers_now: list[_Slot] = []
+                    for i, response in await ref:
+                        answer(i, response, answers_now)
+                    self._retry_later(key, lane, answers_now)  # at once: the stream may go on for long
+            else:
+                for i, response in enumerate(await handle.handle_batch.remote(requests)):
+                    answer(i, response, retry)
+        except (ray.exceptions.RayError, ValueError):
+            self._forget(partition)
+            for i, slot in enumerate(batch):
+                if not answered[i]:
+                    answer(i, error_response(slot.request, Errors.NOT_COORDINATOR), retry)
+        except Exception as e:  # noqa: BLE001 - a bug, not the shard's answer: every caller sees it rather than hang
+            for i, slot in enumerate(batch):
+                if not answered[i]:
+                    self._settle(slot, exception=e)
+        finally:
+            lane.in_flight -= 1
+        self._retry_later(key, lane, retry)
         if lane.queue:
             self._schedule(key, lane)
         elif not lane.in_flight and not lane.scheduled:
             self._lanes.pop(key, None)
+
+    def _retry_later(self, key: tuple, lane: _Lane, retry: list[_Slot]) -> None:
+        """Back to the head of the lane after the backoff; meanwhile the lane counts them as in flight, so
+        nothing issued after them overtakes them."""
+        if not retry:
+            return
+        lane.in_flight += 1
+        delay = max(0.0, min(max(s.backoff for s in retry), min(s.deadline for s in retry) - time.monotonic()))
+        for s in retry:
+            s.backoff = min(s.backoff * 2, _BACKOFF_MAX_S)
+        self._loop.call_later(delay, self._requeue, key, lane, retry)
 
     def _should_retry(self, slot: _Slot, response: Any) -> bool:
         """A retriable coordinator error while the request's deadline allows (as ``_with_retries``)."""

@@ -73,11 +73,10 @@ def test_lanes():
     """Which requests may share a call (pure: no Ray)."""
     assert lane_of(HeartbeatRequest("a", 1, "m"), 3) == lane_of(OffsetFetchRequest("b"), 3) == (3, "read", None, True)
     assert lane_of(OffsetCommitRequest("a", {}), 3) == (3, "commit", None, True)
-    assert lane_of(_join_req(), 0) == (0, "join-first", "g", False)
-    # A join that may park, or be answered at once next to one that parks, goes alone.
-    assert lane_of(_join_req("m-1"), 0) is None
-    assert lane_of(_join_req(instance="i"), 0) is None
-    assert lane_of(dataclasses.replace(_join_req(), require_known_member_id=False), 0) is None
+    # Every JoinGroup of a group shares a lane (a streaming call: each answered as soon as it is ready).
+    assert lane_of(_join_req(), 0) == lane_of(_join_req("m-1"), 0) == lane_of(_join_req(instance="i"), 0) \
+        == lane_of(dataclasses.replace(_join_req(), require_known_member_id=False), 0) == (0, "join", "g", False)
+    assert lane_of(_join_req(group_id="h"), 0) == (0, "join", "h", False)
     assert lane_of(SyncGroupRequest("g", 1, "m", {}), 0) == (0, "sync", ("g", 1), False)
     assert lane_of(SyncGroupRequest("g", 2, "m", {}), 0) != lane_of(SyncGroupRequest("g", 1, "m", {}), 0)
     assert lane_of(LeaveGroupRequest("g", (("m", None),)), 0) is None
@@ -133,6 +132,44 @@ def test_a_parked_join_holds_back_nothing_else(cluster):
     rejoined = _join(client, a, group_id="parked")
     assert rejoined.result(30).error is Errors.NONE and parked.result(30).error is Errors.NONE
     assert parked.result(30).generation_id == rejoined.result(30).generation_id == 2
+
+
+def test_a_join_answered_at_once_does_not_wait_for_one_that_parks_in_the_same_call(cluster):
+    """A rejoin that parks until the rebalance completes and a first join answered at once travel in one
+    streaming call: the first join's answer comes back while the rejoin is still parked."""
+    from raygroups.client import RayGroupClient
+
+    client = RayGroupClient(cluster.namespace, cluster.num_partitions,
+                            dataclasses.replace(cluster.config, client_linger_ms=200))
+    try:
+        a = _stable_member(client, group_id="mixed")
+        b = _join(client, group_id="mixed").result(30).member_id
+        calls = dict(client.batch_stats)
+        parked = _join(client, b, group_id="mixed")  # starts a rebalance: waits for a to rejoin
+        at_once = _join(client, group_id="mixed")  # a third member asking for its id
+        assert at_once.result(30).error is Errors.MEMBER_ID_REQUIRED
+        assert not parked.done()
+        assert client.batch_stats["calls"] - calls["calls"] == 1  # both in one call (the 200 ms linger)
+        assert client.batch_stats["requests"] - calls["requests"] == 2
+        rejoined = _join(client, a, group_id="mixed").result(30)
+        assert rejoined.error is Errors.NONE and parked.result(30).error is Errors.NONE
+        assert parked.result(30).generation_id == rejoined.generation_id == 2
+    finally:
+        client.close()
+
+
+def test_the_shard_streams_each_answer_of_a_batch_as_it_is_ready(cluster):
+    """``handle_stream`` straight: answers in (index, response) lists, the one answered at once first."""
+    import ray
+
+    shard = cluster.shard(partition_for("streamed", 4))
+    gen = shard.handle_stream.remote([_join_req(group_id="streamed"), HeartbeatRequest("streamed", "one", "m")])
+    chunks = [ray.get(ref) for ref in gen]
+    answers = dict(pair for chunk in chunks for pair in chunk)
+    assert sorted(answers) == [0, 1]
+    assert answers[0].error is Errors.MEMBER_ID_REQUIRED and answers[1].error is Errors.INVALID_REQUEST
+    with pytest.raises(ValueError, match="handle_stream takes 1 to"):
+        ray.get(next(iter(shard.handle_stream.remote([]))))
 
 
 def test_joins_and_syncs_of_a_group_issued_together_complete_together(cluster):
