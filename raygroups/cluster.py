@@ -332,6 +332,8 @@ class Cluster:
         ray.wait([h.close.remote() for h in handles], num_returns=len(handles), timeout=30)
         for h in handles:
             ray.kill(h, no_restart=True)
+        if self.replicated:
+            self._factory.stop_spares()
 
     def _stop_log_servers(self, names: set[str]) -> None:
         handles = []

@@ -8,9 +8,11 @@ plain classes that unit tests construct directly and that import nothing of this
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 from typing import Any
 
 import ray
@@ -35,6 +37,14 @@ TOPICS_KEY = b"raygroups/topics"
 TOPICS_VERSION_KEY = b"raygroups/topics-version"
 PARTITIONS_KEY = b"raygroups/partitions"  # the controller's cache of the partition states
 DEPLOYMENT_KEYS = (DEPLOYMENT_KEY, TOPICS_KEY, TOPICS_VERSION_KEY, PARTITIONS_KEY)
+# Which actor serves a partition when it is not the one named ``shard_name(p)`` (an adopted spare), and,
+# the other way, which partition a spare adopted (so that a spare Ray restarts serves it again).
+SHARD_ACTOR_KEY_PREFIX = b"raygroups/shard-actor/"
+SPARE_BOUND_KEY_PREFIX = b"raygroups/spare-bound/"
+SPARE_PREFIX = "raygroups-spare-"
+ADOPT_TIMEOUT_S = 5.0
+
+log = logging.getLogger(__name__)
 
 
 def add_simulated_node(ray_cluster, name: str):
@@ -48,6 +58,24 @@ def shard_name(partition: int) -> str:
 
 def log_server_name(node: str) -> str:
     return f"raygroups-logserver-{node}"
+
+
+def new_spare_name(node: str) -> str:
+    return f"{SPARE_PREFIX}{node}-{uuid.uuid4().hex[:8]}"
+
+
+def _shard_actor_key(partition: int) -> bytes:
+    return SHARD_ACTOR_KEY_PREFIX + str(partition).encode()
+
+
+def _spare_bound_key(name: str) -> bytes:
+    return SPARE_BOUND_KEY_PREFIX + name.encode()
+
+
+def shard_actor_name(partition: int, namespace: str) -> str:
+    """The name of the actor serving ``partition``: an adopted spare's, or ``shard_name(partition)``."""
+    raw = kv_get(_shard_actor_key(partition), namespace)
+    return shard_name(partition) if raw is None else raw.decode()
 
 
 def kv_get(key: bytes, namespace: str) -> bytes | None:
@@ -92,7 +120,16 @@ class Directory:
     namespace: str
 
     def shard(self, partition: int):
-        return ray.get_actor(shard_name(partition), namespace=self.namespace)
+        return ray.get_actor(shard_actor_name(partition, self.namespace), namespace=self.namespace)
+
+    def spare_binding(self) -> int | None:
+        """Called in a spare's constructor: the partition this actor adopted before Ray restarted it."""
+        try:
+            name = ray.get_runtime_context().get_actor_name()
+        except Exception:  # noqa: BLE001 - not an actor: no binding
+            return None
+        raw = None if not name else kv_get(_spare_bound_key(name), self.namespace)
+        return None if raw is None else int(raw)
 
     def controller(self):
         return ray.get_actor(CONTROLLER_NAME, namespace=self.namespace)
@@ -190,12 +227,19 @@ class ActorFactory:
     import actor classes). Every LogServer and shard actor is placed on its node by the node's stable
     name (``placement.nodes.scheduling_for``): a crashed process restarts there, a node that comes back
     under its name gets its actors back, and a dead node's partitions are moved by the controller to a
-    node that holds their logs -- never by Ray to a node that does not."""
+    node that holds their logs -- never by Ray to a node that does not.
+
+    Spares: every node on which a shard was started keeps one more shard process running, unbound; the
+    next shard started there is that process adopting the partition (no process start, no imports), and
+    a new spare is started behind it. The partition's actor is then the spare's (named
+    ``raygroups-spare-<node>-<id>``), recorded in the GCS for everyone who looks a shard up."""
 
     namespace: str
     num_partitions: int
     config: dict
     data_root: str
+    # The controller's record of which actor serves each partition (the controller alone changes it).
+    _names: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def directory(self) -> Directory:
@@ -231,33 +275,103 @@ class ActorFactory:
                 time.sleep(0.05)
         return self.log_server(node)
 
-    def create_shard(self, partition: int, node: str, scheduling: dict[str, Any]):
-        options = {**shard_actor_options(partition, self.namespace), **placement_options(scheduling)}
+    def create_shard(self, partition: int | None, node: str, scheduling: dict[str, Any]):
+        """The shard of ``partition`` on ``node``, or (``None``) a spare for that node."""
+        options = {**shard_actor_options(0 if partition is None else partition, self.namespace),
+                   **placement_options(scheduling)}
+        if partition is None:
+            options["name"] = new_spare_name(node)
         return ray.remote(CoordinatorShard).options(**options).remote(
             partition, self.num_partitions, self.config, self.node_dir(node), 0, None, self.directory, True, node,
         )
 
+    def _shard_name(self, partition: int) -> str:
+        name = self._names.get(partition)
+        if name is None:
+            name = self._names[partition] = shard_actor_name(partition, self.namespace)
+        return name
+
+    def _set_shard_name(self, partition: int, name: str) -> None:
+        if name == shard_name(partition):
+            kv_delete(_shard_actor_key(partition), self.namespace)
+        else:
+            kv_put(_shard_actor_key(partition), name.encode(), self.namespace)
+        self._names[partition] = name
+
     def shard(self, partition: int):
-        return self.directory.shard(partition)
+        return ray.get_actor(self._shard_name(partition), namespace=self.namespace)
 
     def kill_shard(self, partition: int) -> None:
+        name = self._shard_name(partition)
         try:
-            ray.kill(self.shard(partition), no_restart=True)
+            ray.kill(ray.get_actor(name, namespace=self.namespace), no_restart=True)
         except ValueError:
             pass
+        if name != shard_name(partition):
+            kv_delete(_spare_bound_key(name), self.namespace)
+
+    def free_spares(self, node: str) -> list[str]:
+        """The names of ``node``'s spares that have not adopted a partition (starting ones included)."""
+        prefix = f"{SPARE_PREFIX}{node}-"
+        serving = set(self._names.values())
+        return sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                      if a["namespace"] == self.namespace and a["name"].startswith(prefix)
+                      and a["name"] not in serving and kv_get(_spare_bound_key(a["name"]), self.namespace) is None)
+
+    def _adopt_spare(self, partition: int, node: str):
+        """A running spare of ``node`` that now serves ``partition`` (its name recorded first, so that the
+        controller knows it as the partition's shard when it asks for its epoch), or None."""
+        for name in self.free_spares(node):
+            try:
+                handle = ray.get_actor(name, namespace=self.namespace)
+            except ValueError:
+                continue
+            if actor_state(actor_id(handle)) != "ALIVE":
+                continue  # still starting (or its node is down): creating the shard costs no more
+            kv_put(_spare_bound_key(name), str(partition).encode(), self.namespace)
+            self._set_shard_name(partition, name)
+            try:
+                if ray.get(handle.adopt.remote(partition), timeout=ADOPT_TIMEOUT_S):
+                    return handle
+            except (ray.exceptions.RayError, TimeoutError) as e:
+                log.warning("spare %s did not adopt partition %d: %s", name, partition, e)
+            ray.kill(handle, no_restart=True)
+            kv_delete(_spare_bound_key(name), self.namespace)
+            self._set_shard_name(partition, shard_name(partition))
+        return None
 
     def replace_shard(self, partition: int, node: str, scheduling: dict[str, Any], timeout_s: float = 10.0):
-        """Kill whatever actor holds the shard's name, then create the shard on ``node``."""
+        """Kill whatever actor serves the partition, then serve it on ``node``: by a spare of that node that
+        is running, else by a new shard actor; and see that ``node`` has a spare for the next time."""
         self.kill_shard(partition)
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                return self.create_shard(partition, node, scheduling)
-            except ValueError:
-                # The killed predecessor's name is released asynchronously.
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+        handle = self._adopt_spare(partition, node)
+        if handle is None:
+            self._set_shard_name(partition, shard_name(partition))
+            deadline = time.monotonic() + timeout_s
+            while handle is None:
+                try:
+                    handle = self.create_shard(partition, node, scheduling)
+                except ValueError:
+                    # The killed predecessor's name is released asynchronously.
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.05)
+        if not self.free_spares(node):
+            self.create_shard(None, node, scheduling)
+        return handle
+
+    def stop_spares(self) -> None:
+        """Kill every spare of the deployment and forget which partitions spares serve (shutdown)."""
+        for a in ray.util.list_named_actors(all_namespaces=True):
+            if a["namespace"] == self.namespace and a["name"].startswith(SPARE_PREFIX):
+                try:
+                    ray.kill(ray.get_actor(a["name"], namespace=self.namespace), no_restart=True)
+                except ValueError:
+                    pass
+        for prefix in (SHARD_ACTOR_KEY_PREFIX, SPARE_BOUND_KEY_PREFIX):
+            for key in internal_kv._internal_kv_list(prefix, namespace=self.namespace):
+                kv_delete(key, self.namespace)
+        self._names.clear()
 
     @staticmethod
     def ray_nodes() -> list[dict]:

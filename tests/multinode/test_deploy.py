@@ -127,3 +127,5 @@ def test_deploy_before_the_workers_join_then_fail_over_resume_and_refuse(ray_clu
     for p in range(4):
         with pytest.raises(ValueError):
             ray.get_actor(f"raygroups-shard-{p}", namespace="raygroups")
+    # Nothing of the deployment is left: no shard, no spare, no LogServer, no controller.
+    assert not [a for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == "raygroups"]

@@ -70,3 +70,44 @@ def test_kill_a_shard_during_commits(cluster):
     assert [m.member_id for m in described.members] == [member]
     assert client.heartbeat(group_id=stable, generation_id=1, member_id=member).result(60).error is Errors.NONE
     assert set(heartbeat_errors) == {Errors.NONE}
+
+
+def test_a_spare_serves_nothing_until_it_adopts_and_serves_that_partition_again_after_a_restart(cluster, tmp_path):
+    """A replicated deployment's spare shard process (``ActorFactory``): it answers nothing before it adopts
+    a partition, adopts one partition only, and when Ray restarts its process it serves that partition
+    again (it finds it in the GCS); ``stop_spares`` leaves neither actor nor entry behind."""
+    import ray
+    from ray.experimental import internal_kv
+
+    from raygroups.ray_seam import SPARE_BOUND_KEY_PREFIX, ActorFactory, kv_put
+
+    namespace = "test-spare"
+    factory = ActorFactory(namespace, 4, {}, str(tmp_path))
+    spare = factory.create_shard(None, "n1", {"node_id": ray.get_runtime_context().get_node_id()})
+    wait_for(lambda: factory.free_spares("n1"), what="the spare to be named")
+    (name,) = factory.free_spares("n1")
+    with pytest.raises(ray.exceptions.RayTaskError, match="a spare shard serves no partition"):
+        ray.get(spare.status.remote(), timeout=60)
+    assert ray.get(spare.close.remote(), timeout=30) is None
+    kv_put(SPARE_BOUND_KEY_PREFIX + name.encode(), b"2", namespace)  # as replace_shard records it
+    assert ray.get(spare.adopt.remote(2), timeout=30) is True
+    assert ray.get(spare.adopt.remote(2), timeout=30) is True and ray.get(spare.adopt.remote(3), timeout=30) is False
+    assert factory.free_spares("n1") == []
+    first = ray.get(spare.status.remote(), timeout=30)
+    assert first["partition"] == 2 and "adopted" in first["start_timeline"]
+    ray.kill(spare, no_restart=False)
+    restarted = wait_for(lambda: _status_or_none(spare, first["pid"]), what="the spare restarted by Ray")
+    assert restarted["partition"] == 2 and "adopted" not in restarted["start_timeline"]
+    factory.stop_spares()
+    assert not [a for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == namespace]
+    assert internal_kv._internal_kv_list(SPARE_BOUND_KEY_PREFIX, namespace=namespace) == []
+
+
+def _status_or_none(handle, old_pid: int):
+    import ray
+
+    try:
+        status = ray.get(handle.status.remote(), timeout=10)
+    except (ray.exceptions.RayError, TimeoutError):
+        return None
+    return status if status["pid"] != old_pid else None
