@@ -64,17 +64,22 @@ def test_leader_node_loss(cluster, graceful):
     _restore(cluster, victim)
 
 
-def test_paused_leader_shard_is_fenced_and_replaced(cluster):
+def test_paused_leader_shard_is_fenced_and_replaced_by_the_successors_spare(cluster):
+    """The new leader's shard is the spare process its node kept running (no process to start), and that
+    node gets a new spare for the next failover."""
     with Workload(cluster, "pause") as work:
         wait_for(lambda: work.progressed({}), what="commits before the fault")
         p = partition_for(work.stable, cluster.num_partitions)
         state = cluster.partition_state(p)
+        successor = next(n for n in state["replicas"] if n != state["leader"] and n in state["isr"])
+        wait_for(lambda: _running_spare(cluster, successor), what="a running spare on the successor")
         pid = cluster.shard_status()[p]["pid"]
         before = dict(work.acked)
         os.kill(pid, signal.SIGSTOP)
         try:
             wait_for(lambda: cluster.partition_state(p)["leader_epoch"] > state["leader_epoch"]
                      and cluster.shard_status()[p]["state"] == "ACTIVE", what="a new leader for the paused shard")
+            adopted = cluster.shard_status()[p]
             wait_for(lambda: work.progressed(before), what="commits after the failover")
         finally:
             try:
@@ -82,7 +87,10 @@ def test_paused_leader_shard_is_fenced_and_replaced(cluster):
             except ProcessLookupError:
                 pass  # the controller already killed the zombie
         work.observe()
-    assert cluster.shard_status()[p]["pid"] != pid
+    assert adopted["pid"] != pid and adopted["node"] == successor
+    timeline = adopted["start_timeline"]
+    assert "adopted" in timeline and timeline["process_started"] < timeline["adopted"] - 1  # running before
+    wait_for(lambda: _running_spare(cluster, successor), what="a new spare on the new leader's node")
     work.check_invariants()
     check_one_shard_per_partition(cluster)
     check_followers_match_leader(cluster)
@@ -96,39 +104,6 @@ def _running_spare(cluster, node: str) -> bool:
 
     return any(actor_state(actor_id(ray.get_actor(name, namespace=cluster.namespace))) == "ALIVE"
                for name in cluster._factory.free_spares(node))
-
-
-def test_a_failover_adopts_a_running_spare(cluster):
-    """The new leader's shard is the spare process its node keeps running (no process to start), and the
-    node gets a new spare for the next failover."""
-    with Workload(cluster, "spare") as work:
-        wait_for(lambda: work.progressed({}), what="commits before the fault")
-        p = partition_for(work.stable, cluster.num_partitions)
-        state = cluster.partition_state(p)
-        successor = next(n for n in state["replicas"] if n != state["leader"] and n in state["isr"])
-        wait_for(lambda: _running_spare(cluster, successor), what="a running spare on the successor")
-        pid = cluster.shard_status()[p]["pid"]
-        before = dict(work.acked)
-        os.kill(pid, signal.SIGSTOP)
-        try:
-            wait_for(lambda: cluster.partition_state(p)["leader_epoch"] > state["leader_epoch"]
-                     and cluster.shard_status()[p]["state"] == "ACTIVE", what="a new leader for the paused shard")
-            adopted = cluster.shard_status()[p]
-        finally:
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
-        assert adopted["node"] == successor
-        timeline = adopted["start_timeline"]
-        assert "adopted" in timeline and timeline["process_started"] < timeline["adopted"] - 1  # running before
-        wait_for(lambda: _running_spare(cluster, successor), what="a new spare on the new leader's node")
-        wait_for(lambda: work.progressed(before), what="commits after the failover")
-        work.observe()
-    work.check_invariants()
-    check_one_shard_per_partition(cluster)
-    check_followers_match_leader(cluster)
-    _restore(cluster)
 
 
 def test_followers_lost_then_writes_refused_then_back(cluster):

@@ -71,15 +71,20 @@ def test_a_shard_that_never_starts_is_replaced_after_the_start_deadline():
     assert all(a.leader != a.replicas[0] for a in w.meta.partitions.values())  # moved to the next ISR member
 
 
+def _pause_leader_until_failover(w, p: int, silence_ms: int):
+    """Pause the leader of ``p``: no failover before ``silence_ms`` of silence, one soon after."""
+    old = w.state(p)
+    w.paused.add(old.leader)
+    w.run(silence_ms - 200)
+    assert w.state(p).leader == old.leader  # the silence not reached yet
+    w.run_until(lambda: w.state(p).leader != old.leader, limit_ms=2_000)
+    return old, w.state(p)
+
+
 def test_a_paused_leader_is_failed_over_after_the_silence_and_its_shard_replaced():
     w = up(World())
     p = 1
-    old = w.state(p)
-    w.paused.add(old.leader)
-    w.run(2_800)
-    assert w.state(p).leader == old.leader  # 3 s of silence not reached yet
-    w.run_until(lambda: w.state(p).leader != old.leader, limit_ms=2_000)
-    new = w.state(p)
+    old, new = _pause_leader_until_failover(w, p, 3_000)
     assert new.leader in old.isr and new.leader_epoch > old.leader_epoch and old.leader not in new.isr
     assert all(w.disks[n].replicas[p].fenced_epoch >= new.leader_epoch for n in old.replicas)  # all fenced
     assert w.shards[p].node == new.leader  # the paused actor was replaced, on the new leader's node
@@ -92,13 +97,9 @@ def test_a_paused_leader_is_failed_over_after_the_silence_and_its_shard_replaced
 
 def test_a_shorter_session_timeout_fails_a_paused_leader_over_sooner():
     w = up(World(shard_silence_ms=1_000))
-    p = 1
-    old = w.state(p)
-    w.paused.add(old.leader)
-    w.run(800)
-    assert w.state(p).leader == old.leader  # 1 s of silence not reached yet
-    w.run_until(lambda: w.state(p).leader != old.leader, limit_ms=1_000)
-    assert w.state(p).leader in old.isr and w.state(p).leader_epoch > old.leader_epoch
+    start = w.now
+    old, new = _pause_leader_until_failover(w, 1, 1_000)
+    assert new.leader in old.isr and new.leader_epoch > old.leader_epoch and w.now - start < 2_000
 
 
 def test_a_killed_leader_node_fails_over_and_the_node_returning_under_its_name_rejoins():
