@@ -23,20 +23,13 @@ import time
 from collections.abc import Callable
 
 import ray
+from raygroups.coordinator.config import leadership_lease_s
 from raygroups.coordinator.errors import Errors
 from raygroups.offsets_log import Batch
 
 log = logging.getLogger(__name__)
 CATCH_UP_CHUNK_BYTES = 1 << 20
 MAINTENANCE_INTERVAL_S = 0.5  # at most; a quarter of the lease when that is shorter
-
-
-def leadership_lease_s(session_timeout_ms: int) -> float:
-    """A leader answers only while the controller confirmed its leadership less than this long ago. It
-    stays below the controller's silence threshold before failing a leader over
-    (``shard.session.timeout.ms``), so that a paused leader that resumes after a failover refuses
-    requests instead of serving stale reads: 2 s at the default 3 s."""
-    return session_timeout_ms * 2 / 3 / 1000
 
 
 def maintenance_interval_s(session_timeout_ms: int) -> float:
@@ -71,27 +64,31 @@ class LeaderReplication:
         self.confirmed_at = 0.0  # monotonic time the controller last confirmed this leadership
         self.lease_s = leadership_lease_s(session_timeout_ms)
 
-    async def _leader_started(self) -> dict:
-        """A fresh leader epoch from the controller; it may ask this leader to wait (it has not yet checked
-        this incarnation of the node and its disk)."""
+    async def _leader_started(self) -> tuple[dict, float]:
+        """A fresh leader epoch from the controller, and when it was asked for (the lease counts from
+        there); it may ask this leader to wait (it has not yet checked this incarnation of the node and its
+        disk, or the previous leader's lease runs)."""
         deadline = time.monotonic() + START_WAIT_S
         while True:
+            asked = time.monotonic()
             meta = await self._controller.leader_started.remote(self.partition, self.node, self.ray_node_id,
                                                                  self.actor_id)
             if meta is None:
                 raise Deposed(f"the controller does not name node {self.node} leader of partition {self.partition}")
             if "wait" not in meta:
-                return meta
+                return meta, asked
             if time.monotonic() > deadline:
                 raise RuntimeError(f"partition {self.partition}: the controller kept its leader waiting: {meta['wait']}")
             await asyncio.sleep(0.2)
 
     async def start(self) -> int:
-        self._apply(await self._leader_started())
+        self._apply(*await self._leader_started())
         return self.epoch
 
-    def _apply(self, meta: dict) -> None:
-        self.confirmed_at = time.monotonic()
+    def _apply(self, meta: dict, asked: float) -> None:
+        # From when the confirmation was asked for, not when it arrived: the controller counts the lease
+        # from its answer, which is later (an answer delayed in flight must not stretch the lease).
+        self.confirmed_at = asked
         self.epoch = meta["leader_epoch"]
         self.replicas = list(meta["replicas"])
         self.isr = {n for n in meta["isr"] if n != self.node}
@@ -132,9 +129,9 @@ class LeaderReplication:
             return Errors.NONE
 
     async def renew_epoch(self) -> None:
-        meta = await self._leader_started()
+        meta, asked = await self._leader_started()
         isr = self.isr
-        self._apply(meta)
+        self._apply(meta, asked)
         self.isr &= isr  # the controller may not have seen our latest shrinks yet; never grow here
 
     async def _push(self, node: str, batches: list[Batch]) -> dict:
@@ -224,10 +221,11 @@ class LeaderReplication:
 
     async def maintain(self, leader_log, run_io) -> None:
         """One round: re-read our metadata (step down if deposed) and catch up out-of-sync followers."""
-        meta = await self._controller.partition_state.remote(self.partition)
+        asked = time.monotonic()
+        meta = await self._controller.partition_state.remote(self.partition, self.epoch, self.node)
         if meta is None or meta["leader"] != self.node or meta["leader_epoch"] != self.epoch:
             raise Deposed(f"partition {self.partition} moved on: {meta}")
-        self.confirmed_at = time.monotonic()
+        self.confirmed_at = asked
         self.replicas = list(meta["replicas"])
         # Replicas the controller dropped (dead nodes, re-replication) are no longer ours to wait for.
         self.isr &= set(meta["isr"]) & set(self.replicas)

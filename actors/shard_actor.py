@@ -128,7 +128,12 @@ class CoordinatorShard:
         if self._started:
             return
         if self.partition is None:
-            raise RuntimeError("a spare shard serves no partition until the controller hands it one")
+            # The controller may have recorded this spare as a partition's shard and stopped before it
+            # handed it over: the first call (its probe) finds the partition.
+            bound = None if self._spare_args[5] is None else self._spare_args[5].spare_binding()
+            if bound is None:
+                raise RuntimeError("a spare shard serves no partition until the controller hands it one")
+            self._setup(bound, *self._spare_args)
         self._started = True
         loop = asyncio.get_running_loop()
         self._wakeup = asyncio.Event()

@@ -140,6 +140,15 @@ class CoordinatorConfig:
         return {name: getattr(self, prop.attr) for name, prop in _PROPERTIES.items()}
 
 
+def leadership_lease_s(session_timeout_ms: int) -> float:
+    """How long a leader may answer after the controller last confirmed it (from when it asked): 2/3 of
+    ``shard.session.timeout.ms``, below the silence after which the controller fails it over, so that a
+    paused leader that resumes after a failover refuses requests instead of serving stale reads. The
+    controller also waits out the previous leader's lease before it gives a new leader on another node
+    its epoch (``Controller.leader_started``): 2 s at the default 3 s."""
+    return session_timeout_ms * 2 / 3 / 1000
+
+
 def _check(name: str, value: Any, prop: _Prop) -> None:
     if prop.boolean:
         if not isinstance(value, bool):

@@ -28,6 +28,7 @@ from collections import deque
 from typing import Any
 
 import ray
+from raygroups.coordinator.config import leadership_lease_s
 from raygroups.placement.decide import decide
 from raygroups.placement.metrics import ControllerMetrics
 from raygroups.placement.model import (
@@ -105,6 +106,8 @@ class Controller:
         self._warned: set[str] = set()
         self._topics_version = 0
         self._pe_floor: dict[int, int] = {}  # per partition: the highest partition epoch sent or seen on a disk
+        # Per partition: the node of the leader this controller last confirmed, and when (monotonic).
+        self._confirmed: dict[int, tuple[str, float]] = {}
         self.events: deque[dict] = deque(maxlen=2_000)
         self._metrics = ControllerMetrics(namespace)
         if ray.is_initialized():  # (never start a Ray just to ask: a plain instance has no loop to start)
@@ -126,6 +129,10 @@ class Controller:
         cached = {} if raw is None else _from_json(raw)
         if cached and set(cached) <= set(range(self.settings.num_partitions)):
             self._meta = dataclasses.replace(self._meta, partitions=cached)
+            # The previous instance may have confirmed these leaders a moment ago: their leases count as
+            # renewed now (``leader_started``).
+            started = time.monotonic()
+            self._confirmed = {p: (a.leader, started) for p, a in cached.items() if a.leader is not None}
         elif cached:
             log.warning("ignoring a cached partition table that does not fit %d partitions", self.settings.num_partitions)
         self._topics_version = self._actors.read_topics()[1]
@@ -396,9 +403,22 @@ class Controller:
             new = on_leader_started(self._meta, partition, node, ray_node_id)
             if new is None or isinstance(new, str):
                 return None if new is None else {"wait": new}
+            lease = self._previous_lease_left(partition, node)
+            if lease > 0:
+                # A leader elsewhere that the controller confirmed lately may still be answering (paused,
+                # or cut off from Ray but not from its clients): the new one waits until it stops.
+                return {"wait": f"the previous leader's lease runs for {lease:.2f} s more"}
             await self._commit_or_raise(Commit(partition, new, self._meta.partitions[partition], "leader started"))
+            self._confirmed[partition] = (node, time.monotonic())
             a = self._meta.partitions[partition]
             return {"leader_epoch": a.leader_epoch, "replicas": list(a.replicas), "isr": list(a.isr)}
+
+    def _previous_lease_left(self, partition: int, node: str) -> float:
+        """Seconds the lease of the partition's last confirmed leader still runs, if it was on another node."""
+        confirmed = self._confirmed.get(partition)
+        if confirmed is None or confirmed[0] == node:
+            return 0.0
+        return confirmed[1] + leadership_lease_s(self.settings.shard_silence_ms) - time.monotonic()
 
     def _current_shard_id(self, partition: int) -> str | None:
         """The Ray actor id of the shard actor registered under the partition's name now (None: none)."""
@@ -472,9 +492,15 @@ class Controller:
         await self._ensure_running()
         return {p: assignment_to_dict(a) for p, a in self._meta.partitions.items()}
 
-    async def partition_state(self, partition: int) -> dict | None:
+    async def partition_state(self, partition: int, leader_epoch: int | None = None,
+                              node: str | None = None) -> dict | None:
+        """The partition's state. A leader renewing its lease names its epoch and node: an answer that
+        confirms it is remembered, so that no leader on another node gets an epoch before that lease ran
+        out (``leader_started``)."""
         await self._ensure_running()
         a = self._meta.partitions.get(partition)
+        if a is not None and leader_epoch is not None and a.leader_epoch == leader_epoch and a.leader == node:
+            self._confirmed[partition] = (node, time.monotonic())
         return None if a is None else assignment_to_dict(a)
 
     async def nodes(self) -> dict[str, dict]:

@@ -270,7 +270,6 @@ class RayGroupClient(GroupApi):
         answered = [False] * len(batch)
 
         def answer(i: int, response: Any, retry: list[_Slot]) -> None:
-            answered[i] = True
             if isinstance(response, BaseException):
                 # The shard raised on this request alone: what a single call's RayTaskError becomes.
                 response = error_response(batch[i].request, Errors.NOT_COORDINATOR)
@@ -278,6 +277,7 @@ class RayGroupClient(GroupApi):
                 retry.append(batch[i])
             else:
                 self._settle(batch[i], response)
+            answered[i] = True  # only now: a failure above leaves it to the handlers below
 
         retry: list[_Slot] = []
         try:

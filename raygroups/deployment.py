@@ -128,8 +128,10 @@ def _resumable(existing: dict, wanted: dict, namespace: str, config_given: bool)
         if existing.get(key) != wanted[key]:
             raise ValueError(f"the deployment in namespace {namespace!r} has {key}={existing.get(key)!r}, not "
                              f"{wanted[key]!r}; it cannot change while it runs")
-    if config_given and existing["config"] != wanted["config"]:
-        changed = sorted(k for k in wanted["config"] if existing["config"].get(k) != wanted["config"][k])
+    # A deployment stored by an older version lacks the properties added since: they had their defaults.
+    stored = CoordinatorConfig.from_properties(existing["config"]).to_properties()
+    if config_given and stored != wanted["config"]:
+        changed = sorted(k for k in wanted["config"] if stored.get(k) != wanted["config"][k])
         raise ValueError(f"the deployment in namespace {namespace!r} runs with other values of {', '.join(changed)}; "
                          f"shut it down (its data stays) and deploy again to change them")
     return CoordinatorConfig.from_properties(existing["config"])

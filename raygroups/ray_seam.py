@@ -64,6 +64,13 @@ def new_spare_name(node: str) -> str:
     return f"{SPARE_PREFIX}{node}-{uuid.uuid4().hex[:8]}"
 
 
+def is_spare_of(name: str, node: str) -> bool:
+    """Whether ``name`` is one of ``node``'s spares (not one of node ``<node>-x``'s: names may have hyphens)."""
+    prefix = f"{SPARE_PREFIX}{node}-"
+    rest = name[len(prefix):]
+    return name.startswith(prefix) and len(rest) == 8 and all(c in "0123456789abcdef" for c in rest)
+
+
 def _shard_actor_key(partition: int) -> bytes:
     return SHARD_ACTOR_KEY_PREFIX + str(partition).encode()
 
@@ -311,12 +318,18 @@ class ActorFactory:
             kv_delete(_spare_bound_key(name), self.namespace)
 
     def free_spares(self, node: str) -> list[str]:
-        """The names of ``node``'s spares that have not adopted a partition (starting ones included)."""
-        prefix = f"{SPARE_PREFIX}{node}-"
+        """The names of ``node``'s spares that serve no partition (starting ones included): never bound, or
+        bound to a partition whose actor is another (a controller that stopped between the two entries)."""
         serving = set(self._names.values())
-        return sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
-                      if a["namespace"] == self.namespace and a["name"].startswith(prefix)
-                      and a["name"] not in serving and kv_get(_spare_bound_key(a["name"]), self.namespace) is None)
+        free = []
+        for a in ray.util.list_named_actors(all_namespaces=True):
+            name = a["name"]
+            if a["namespace"] != self.namespace or not is_spare_of(name, node) or name in serving:
+                continue
+            bound = kv_get(_spare_bound_key(name), self.namespace)
+            if bound is None or shard_actor_name(int(bound), self.namespace) != name:
+                free.append(name)
+        return sorted(free)
 
     def _adopt_spare(self, partition: int, node: str):
         """A running spare of ``node`` that now serves ``partition`` (its name recorded first, so that the

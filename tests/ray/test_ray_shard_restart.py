@@ -89,15 +89,22 @@ def test_a_spare_serves_nothing_until_it_adopts_and_serves_that_partition_again_
     with pytest.raises(ray.exceptions.RayTaskError, match="a spare shard serves no partition"):
         ray.get(spare.status.remote(), timeout=60)
     assert ray.get(spare.close.remote(), timeout=30) is None
-    kv_put(SPARE_BOUND_KEY_PREFIX + name.encode(), b"2", namespace)  # as replace_shard records it
     assert ray.get(spare.adopt.remote(2), timeout=30) is True
     assert ray.get(spare.adopt.remote(2), timeout=30) is True and ray.get(spare.adopt.remote(3), timeout=30) is False
-    assert factory.free_spares("n1") == []
+    kv_put(SPARE_BOUND_KEY_PREFIX + name.encode(), b"2", namespace)  # as replace_shard records it
     first = ray.get(spare.status.remote(), timeout=30)
     assert first["partition"] == 2 and "adopted" in first["start_timeline"]
     ray.kill(spare, no_restart=False)
     restarted = wait_for(lambda: _status_or_none(spare, first["pid"]), what="the spare restarted by Ray")
     assert restarted["partition"] == 2 and "adopted" not in restarted["start_timeline"]
+    # Recorded as a partition's shard but never handed it (the controller stopped in between): the first
+    # call finds the partition. Bound to a partition whose actor is another: free to adopt again.
+    other = factory.create_shard(None, "n1", {"node_id": ray.get_runtime_context().get_node_id()})
+    wait_for(lambda: len(factory.free_spares("n1")) == 2, what="the second spare to be named")
+    other_name = next(n for n in factory.free_spares("n1") if n != name)
+    kv_put(SPARE_BOUND_KEY_PREFIX + other_name.encode(), b"1", namespace)
+    assert ray.get(other.probe.remote(), timeout=60)["node"] == "n1"
+    assert ray.get(other.status.remote(), timeout=30)["partition"] == 1
     factory.stop_spares()
     assert not [a for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == namespace]
     assert internal_kv._internal_kv_list(SPARE_BOUND_KEY_PREFIX, namespace=namespace) == []

@@ -151,6 +151,37 @@ def test_a_leader_asking_for_its_epoch_waits_until_its_node_is_checked(tmp_path)
     assert asyncio.run(controller.leader_started(0, "B", "B#1")) is None  # not the leader
 
 
+def test_a_new_leader_on_another_node_waits_out_the_lease_the_controller_last_confirmed(tmp_path, monkeypatch):
+    """The controller answers a leader's renewal (its epoch and node named) and then fails it over: the new
+    leader on another node gets no epoch until the old leader's lease -- which counts from when it asked,
+    before this answer -- has run out, so a paused old leader that resumes cannot answer beside it. A
+    leader restarting on the same node does not wait; a plain state read renews nothing."""
+    import dataclasses
+
+    import raygroups.placement.controller as controller_module
+
+    now = [1000.0]
+    monkeypatch.setattr(controller_module.time, "monotonic", lambda: now[0])
+    actors, controller = setup(tmp_path)
+    controller._lock = asyncio.Lock()
+    controller._task = True
+    created(controller, actors)
+    granted = asyncio.run(controller.leader_started(0, "A", "A#1"))
+    assert asyncio.run(controller.partition_state(0, granted["leader_epoch"], "A"))["leader"] == "A"  # renewal
+    now[0] += 1.5
+    a = controller._meta.partitions[0]
+    controller._meta = dataclasses.replace(controller._meta, partitions={  # the controller fails A over to B
+        0: dataclasses.replace(a, leader="B", leader_epoch=a.leader_epoch + 1, partition_epoch=a.partition_epoch + 1)})
+    asyncio.run(controller.partition_state(0))  # anyone's read: no renewal
+    assert asyncio.run(controller.partition_state(0, granted["leader_epoch"], "A"))["leader"] == "B"  # deposed
+    waiting = asyncio.run(controller.leader_started(0, "B", "B#1"))
+    assert waiting == {"wait": "the previous leader's lease runs for 0.50 s more"}  # 2 s lease at 3 s
+    now[0] += 0.5
+    assert asyncio.run(controller.leader_started(0, "B", "B#1"))["leader_epoch"] > granted["leader_epoch"]
+    now[0] += 0.1  # B (just confirmed) restarts in place: nothing to wait for
+    assert "leader_epoch" in asyncio.run(controller.leader_started(0, "B", "B#1"))
+
+
 def test_a_shard_replaced_while_asking_for_its_epoch_gets_none(tmp_path):
     """A shard actor replaced (a new actor under the partition's name) while its leader_started call was
     in flight is not given the new epoch; the actor now registered is."""

@@ -48,7 +48,7 @@ class Controller:
         self.isr.append(node)
         return epoch == self.epoch
 
-    async def partition_state(self, partition):
+    async def partition_state(self, partition, leader_epoch=None, node=None):
         return {"leader": "L", "leader_epoch": self.epoch, "replicas": self.replicas, "isr": self.isr}
 
 
@@ -237,7 +237,8 @@ def test_a_follower_the_controller_cannot_drop_now_leaves_the_batch_unacknowledg
 def test_lease_and_confirmation_follow_the_session_timeout():
     """shard.session.timeout.ms sets the lease (2/3 of it, below the controller's silence threshold) and
     how often the leader renews it (four times per lease, at most every 0.5 s)."""
-    from raygroups.actors.replication import leadership_lease_s, maintenance_interval_s
+    from raygroups.actors.replication import maintenance_interval_s
+    from raygroups.coordinator.config import leadership_lease_s
 
     assert leadership_lease_s(3_000) == 2.0
     assert maintenance_interval_s(3_000) == 0.5

@@ -1,0 +1,27 @@
+"""What a deployment records about itself, without Ray: which names are a node's spare shard processes,
+and resuming a deployment stored by an older version (before properties it did not know)."""
+
+from __future__ import annotations
+
+import pytest
+from raygroups.coordinator.config import CoordinatorConfig
+
+from raygroups.deployment import _resumable
+from raygroups.ray_seam import is_spare_of, new_spare_name
+
+
+def test_a_spare_belongs_to_its_node_only_even_when_node_names_share_a_prefix():
+    name = new_spare_name("coord-a")
+    assert is_spare_of(name, "coord-a")
+    assert not is_spare_of(name, "coord") and not is_spare_of(new_spare_name("coord-a-b"), "coord-a")
+    assert not is_spare_of("raygroups-shard-3", "coord-a") and not is_spare_of(name + "0", "coord-a")
+
+
+def test_a_deployment_stored_before_a_property_existed_resumes_with_its_default():
+    wanted = {"num_partitions": 4, "data_dir": "/d", "config": CoordinatorConfig().to_properties()}
+    old = {**wanted, "replicated": True,
+           "config": {k: v for k, v in wanted["config"].items() if k != "shard.session.timeout.ms"}}
+    assert _resumable(old, wanted, "ns", config_given=True) == CoordinatorConfig()
+    changed = {**wanted, "config": {**wanted["config"], "shard.session.timeout.ms": 1_000}}
+    with pytest.raises(ValueError, match="other values of shard.session.timeout.ms"):
+        _resumable(old, changed, "ns", config_given=True)
