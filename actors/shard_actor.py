@@ -75,14 +75,18 @@ class CoordinatorShard:
         failover skips starting a process (about a second here). A spare that Ray restarts after it
         adopted a partition finds that partition again through ``directory.spare_binding()``."""
         self._spare_args = (num_partitions, config, data_dir, leader_epoch, topics, directory, replicated, node)
+        self._spare_directory = directory
         self.partition: int | None = None
         self._started = False
         self._timeline: dict[str, float] = {"process_started": _process_start_time(), "module_imported": _IMPORTED_AT,
                                             "constructed": time.time()}
-        if partition is None and directory is not None:
-            partition = directory.spare_binding()
+        if partition is None:
+            partition = self._spare_binding()
         if partition is not None:
             self._setup(partition, *self._spare_args)
+
+    def _spare_binding(self) -> int | None:
+        return None if self._spare_directory is None else self._spare_directory.spare_binding()
 
     async def adopt(self, partition: int) -> bool:
         """A spare takes ``partition`` and starts loading it (this returns at once); True, or False if this
@@ -130,7 +134,7 @@ class CoordinatorShard:
         if self.partition is None:
             # The controller may have recorded this spare as a partition's shard and stopped before it
             # handed it over: the first call (its probe) finds the partition.
-            bound = None if self._spare_args[5] is None else self._spare_args[5].spare_binding()
+            bound = self._spare_binding()
             if bound is None:
                 raise RuntimeError("a spare shard serves no partition until the controller hands it one")
             self._setup(bound, *self._spare_args)

@@ -331,16 +331,19 @@ class ActorFactory:
                 free.append(name)
         return sorted(free)
 
-    def _adopt_spare(self, partition: int, node: str):
-        """A running spare of ``node`` that now serves ``partition`` (its name recorded first, so that the
-        controller knows it as the partition's shard when it asks for its epoch), or None."""
-        for name in self.free_spares(node):
+    def _adopt_spare(self, partition: int, free: list[str]):
+        """A running spare among ``free`` that now serves ``partition`` (its name recorded first, so that
+        the controller knows it as the partition's shard when it asks for its epoch), or None; the spares
+        it took or gave up on are taken out of ``free`` (the ones still starting stay)."""
+        for name in list(free):
             try:
                 handle = ray.get_actor(name, namespace=self.namespace)
             except ValueError:
+                free.remove(name)  # gone since it was listed
                 continue
             if actor_state(actor_id(handle)) != "ALIVE":
                 continue  # still starting (or its node is down): creating the shard costs no more
+            free.remove(name)
             kv_put(_spare_bound_key(name), str(partition).encode(), self.namespace)
             self._set_shard_name(partition, name)
             try:
@@ -357,7 +360,8 @@ class ActorFactory:
         """Kill whatever actor serves the partition, then serve it on ``node``: by a spare of that node that
         is running, else by a new shard actor; and see that ``node`` has a spare for the next time."""
         self.kill_shard(partition)
-        handle = self._adopt_spare(partition, node)
+        free = self.free_spares(node)
+        handle = self._adopt_spare(partition, free)
         if handle is None:
             self._set_shard_name(partition, shard_name(partition))
             deadline = time.monotonic() + timeout_s
@@ -369,7 +373,7 @@ class ActorFactory:
                     if time.monotonic() > deadline:
                         raise
                     time.sleep(0.05)
-        if not self.free_spares(node):
+        if not free:  # the node's last spare was taken (or none was free): start the next one
             self.create_shard(None, node, scheduling)
         return handle
 
