@@ -35,6 +35,9 @@ bench: $(STAMP)
 	$(PY) bench/failover.py
 	$(PY) bench/restart.py
 	$(PY) bench/compaction.py
+	$(PY) bench/coalescing.py
+	$(PY) bench/detection.py
+	$(PY) bench/scale.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info
