@@ -96,6 +96,9 @@ class PartitionWriter:
         """One background round (replicated: confirm leadership, catch followers up); raises
         ``AppendFailed`` with ``step_down`` when this leader was deposed."""
 
+    def stop(self) -> None:
+        """This leader stepped down: stop any background work (replicated: the followers' catch-up)."""
+
     def between_appends(self) -> contextlib.AbstractAsyncContextManager:
         """Held, no append is in flight: every closed segment holds acknowledged batches only."""
         return contextlib.nullcontext()
@@ -184,6 +187,9 @@ class ReplicatedWriter(PartitionWriter):
     async def swap_followers(self, store_uri: str, staged: str, outputs: list, accepted: dict,
                              timeout_s: float) -> dict[str, dict]:
         return await self.replication.swap_followers(store_uri, staged, outputs, accepted, timeout_s)
+
+    def stop(self) -> None:
+        self.replication.stop_catch_up()
 
     async def maintain(self, partition_log, run_io: RunIO) -> None:
         try:

@@ -63,6 +63,9 @@ class LeaderReplication:
         self.lock = asyncio.Lock()  # orders appends and ISR expansion
         self.confirmed_at = 0.0  # monotonic time the controller last confirmed this leadership
         self.lease_s = leadership_lease_s(session_timeout_ms)
+        self._catching_up: asyncio.Task | None = None  # followers out of the ISR being caught up
+        self._expanding = 0  # ISR expansions the controller has not answered yet
+        self._isr_expansions = 0  # ISR expansions the controller answered (or failed to)
 
     async def _leader_started(self) -> tuple[dict, float]:
         """A fresh leader epoch from the controller, and when it was asked for (the lease counts from
@@ -220,23 +223,54 @@ class LeaderReplication:
             position = batches[-1].next_offset
 
     async def maintain(self, leader_log, run_io) -> None:
-        """One round: re-read our metadata (step down if deposed) and catch up out-of-sync followers."""
+        """One round: renew the lease by re-reading our metadata (step down if deposed), and start catching
+        up out-of-sync followers unless a catch-up still runs. The catch-up runs on its own: a follower that
+        hangs may hold it for ``replica.lag.time.max.ms`` per call, which must not let the lease lapse
+        (Kafka's leader fetches and renews independently too: ReplicaManager's ISR expiry vs the broker's
+        heartbeats to the controller)."""
+        self._raise_if_catch_up_deposed()
         asked = time.monotonic()
+        expansions = self._isr_expansions
         meta = await self._controller.partition_state.remote(self.partition, self.epoch, self.node)
         if meta is None or meta["leader"] != self.node or meta["leader_epoch"] != self.epoch:
+            self.stop_catch_up()
             raise Deposed(f"partition {self.partition} moved on: {meta}")
         self.confirmed_at = asked
         self.replicas = list(meta["replicas"])
-        # Replicas the controller dropped (dead nodes, re-replication) are no longer ours to wait for.
-        self.isr &= set(meta["isr"]) & set(self.replicas)
-        for node in self.followers:
-            if node not in self.isr:
-                try:
-                    await self._catch_up(node, leader_log, run_io)
-                except Deposed:
-                    raise
-                except Exception as e:  # noqa: BLE001 - a follower we cannot reach stays out of the ISR
-                    log.info("partition %d: catch-up of %s failed: %s", self.partition, node, e)
+        # Replicas the controller dropped (dead nodes, re-replication) are no longer ours to wait for. Not
+        # when the catch-up's ISR expansion ran while we asked: the answer may predate it, and dropping a
+        # follower the controller may count in sync would be unsafe.
+        if expansions == self._isr_expansions and not self._expanding:
+            self.isr &= set(meta["isr"]) & set(self.replicas)
+        self._raise_if_catch_up_deposed()
+        behind = [node for node in self.followers if node not in self.isr]
+        if behind and (self._catching_up is None or self._catching_up.done()):
+            self._catching_up = asyncio.get_running_loop().create_task(
+                self._catch_up_all(behind, leader_log, run_io))
+
+    async def _catch_up_all(self, nodes: list[str], leader_log, run_io) -> None:
+        for node in nodes:
+            if node in self.isr or node not in self.replicas:
+                continue
+            try:
+                await self._catch_up(node, leader_log, run_io)
+            except Deposed:
+                raise
+            except Exception as e:  # noqa: BLE001 - a follower we cannot reach stays out of the ISR
+                log.info("partition %d: catch-up of %s failed: %s", self.partition, node, e)
+
+    def _raise_if_catch_up_deposed(self) -> None:
+        task = self._catching_up
+        if task is not None and task.done() and not task.cancelled():
+            self._catching_up = None
+            error = task.exception()
+            if isinstance(error, Deposed):
+                raise error
+
+    def stop_catch_up(self) -> None:
+        if self._catching_up is not None:
+            self._catching_up.cancel()
+            self._catching_up = None
 
     async def _truncation_point(self, node: str, state: dict, leader_log, run_io) -> int | None:
         """Where the follower's log stops matching ours (KIP-279's two steps): ask our end offset for the
@@ -289,7 +323,12 @@ class LeaderReplication:
                     # If this call fails, whether the controller recorded it is unknown: keep counting the
                     # node in (waiting for one more replica is safe); the next maintenance round keeps it
                     # only if the controller's ISR has it.
-                    ok = await self._controller.expand_isr.remote(self.partition, self.epoch, node)
+                    self._expanding += 1
+                    try:
+                        ok = await self._controller.expand_isr.remote(self.partition, self.epoch, node)
+                    finally:
+                        self._expanding -= 1
+                        self._isr_expansions += 1
                     if not ok:
                         self.isr.discard(node)
                         raise Deposed(f"the controller refused an ISR change at epoch {self.epoch}")

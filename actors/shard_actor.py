@@ -249,6 +249,7 @@ class CoordinatorShard:
             # controller's pings see it; the log stays open until the controller kills this actor.
             self._runtime.unload(self.partition, None)
             self._ctx.state = PartitionState.FAILED
+            self._writer.stop()
 
     async def _maintenance_loop(self) -> None:
         await self._loaded
@@ -504,6 +505,7 @@ class CoordinatorShard:
             return
         if self._started:
             await self._loaded
+        self._writer.stop()
         ctx = self._runtime.unload(self.partition, None)
         if ctx is not None and ctx.log is not None:
             plog, ctx.log = ctx.log, None

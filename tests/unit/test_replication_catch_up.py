@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from raygroups.actors.log_server import LogServer
-from raygroups.actors.replication import LeaderReplication
+from raygroups.actors.replication import Deposed, LeaderReplication
 from raygroups.coordinator.errors import Errors
 from raygroups.coordinator.records import new_offset_commit_record
 from raygroups.offsets_log import Batch, open_log
@@ -54,6 +55,15 @@ class Controller:
 
 async def run_io(fn, *args):
     return fn(*args)
+
+
+async def until(condition, timeout_s: float = 5.0) -> None:
+    """Let the event loop run until ``condition()`` holds (a background task got that far)."""
+    async def poll():
+        while not condition():
+            await asyncio.sleep(0.001)
+
+    await asyncio.wait_for(poll(), timeout_s)
 
 
 def rec(offset: int):
@@ -198,6 +208,74 @@ def test_leadership_lease_expires_without_confirmation(tmp_path):
         assert not rep.lease_valid()
         await rep.maintain(leader_log, run_io)
         assert rep.lease_valid()
+
+    asyncio.run(scenario())
+
+
+def test_a_hanging_follower_does_not_hold_back_the_lease_renewal(tmp_path):
+    """The catch-up of a follower out of the ISR may wait ``replica.lag.time.max.ms`` per call for one that
+    hangs; the lease is renewed in every round meanwhile, one catch-up runs at a time, and a catch-up that
+    learns this leader was deposed makes the next round step down."""
+    async def scenario():
+        leader_log, follower, rep = setup(tmp_path)
+        await rep.start()
+        controller = rep._controller._obj
+        controller.isr = ["L"]
+        rep.isr.clear()
+        calls = []
+        release = asyncio.Event()
+
+        async def hangs(*args):
+            calls.append(args)
+            await release.wait()
+            return {"node": "F", "log_end_offset": 0, "latest_epoch": -1, "fenced_epoch": rep.epoch + 1}
+
+        follower.state = hangs
+        rep.lag_s = 60.0  # the follower's calls wait this long before they count as failed
+        for _ in range(3):
+            rep.confirmed_at -= rep.lease_s + 0.1  # as if the last renewal were a lease ago
+            await asyncio.wait_for(rep.maintain(leader_log, run_io), 1.0)
+            assert rep.lease_valid()
+            await asyncio.sleep(0)
+        assert len(calls) == 1  # the one catch-up still waits on the follower; no second was started
+        release.set()  # the follower answers: fenced above our epoch, so this leader was deposed
+        await until(rep._catching_up.done)
+        with pytest.raises(Deposed, match="fenced"):
+            await rep.maintain(leader_log, run_io)
+
+    asyncio.run(scenario())
+
+
+def test_a_renewal_answered_before_an_isr_expansion_does_not_drop_the_follower(tmp_path):
+    """The catch-up counts a follower back in before the controller records it; a lease renewal whose
+    answer predates that record must not drop the follower again (the controller would count it in sync
+    while this leader acknowledged batches without it)."""
+    async def scenario():
+        leader_log, follower, rep = setup(tmp_path)
+        await rep.start()
+        controller = rep._controller._obj
+        controller.isr = ["L"]
+        rep.isr.clear()
+        recorded = asyncio.Event()
+        real_expand = controller.expand_isr
+
+        async def slow_expand(partition, epoch, node):
+            await recorded.wait()
+            return await real_expand(partition, epoch, node)
+
+        controller.expand_isr = slow_expand
+        base = append_local(leader_log, rep.epoch, 1)
+        assert (await follower.append(0, [base], rep.epoch))["ok"]
+        append_local(leader_log, rep.epoch, 2)  # the follower lacks this one
+        await rep.maintain(leader_log, run_io)  # starts the catch-up
+        await until(lambda: "F" in rep.isr)
+        assert controller.isr == ["L"]  # counted in, not yet recorded
+        await rep.maintain(leader_log, run_io)  # answered with the ISR before the expansion
+        assert "F" in rep.isr
+        recorded.set()
+        await until(lambda: controller.isr == ["L", "F"])
+        await rep.maintain(leader_log, run_io)
+        assert rep.isr == {"F"}
 
     asyncio.run(scenario())
 
