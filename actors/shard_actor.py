@@ -39,7 +39,7 @@ from raygroups.coordinator.errors import Errors, map_append_error
 from raygroups.coordinator.messages import OffsetCommitRequest, OffsetCommitResponse
 from raygroups.coordinator.runtime import CoordinatorRuntime, PartitionState
 from raygroups.coordinator.state import DurableState
-from raygroups.offsets_log import LogLockedError, open_log, replay
+from raygroups.offsets_log import CorruptLogError, LogLockedError, open_log, replay
 from raygroups.offsets_log.batch import epoch_runs, records_below
 from raygroups.offsets_log.loader import state_digest
 
@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 _IMPORTED_AT = time.time()
 LOCK_WAIT_S = 30.0
 FOLLOWER_SWAP_TIMEOUT_S = 120.0
+MATERIALIZE_SLICE = 4_000  # pending offsets turned into objects per event-loop turn after a lazy load
 
 
 def partition_dir(data_dir: str, partition: int) -> str:
@@ -182,7 +183,9 @@ class CoordinatorShard:
             ctx.epoch = self._writer.opened(plog)
             ctx.log = plog
             mark("log_opened", time.time())
-            self._load_summary = await loop.run_in_executor(self._io, replay, plog, ctx.shard.state)
+            # Lazily: the surviving offsets stay as the log's records until the background turns them into
+            # objects (or a request needs one), so the shard serves once the log is read.
+            self._load_summary = await loop.run_in_executor(self._io, replay, plog, ctx.shard.state, True)
             self._metrics.on_load(self._load_summary)
             mark("replayed", time.time())
             await self._writer.loaded(plog, self._run_io)
@@ -193,12 +196,27 @@ class CoordinatorShard:
             self._runtime.complete_load(ctx)
             mark("active", time.time())
             log.info("shard %d loaded %s at epoch %d", self.partition, self._load_summary, ctx.epoch)
+            loop.create_task(self._materialize_offsets(ctx.shard.state))
         except Exception as e:  # a corrupt or unreadable log: stay unavailable rather than serve partial state
             self._load_error = f"{type(e).__name__}: {e}"
             log.error("shard %d failed to load: %s", self.partition, self._load_error)
             self._runtime.fail_load(ctx)
         finally:
             self._loaded.set_result(None)
+
+    async def _materialize_offsets(self, state: DurableState) -> None:
+        """Turn the offsets the load left pending into objects, a slice per event-loop turn (a slice takes
+        about 10 ms here), while the shard serves."""
+        try:
+            while state.pending_offsets and self._ctx.state is PartitionState.ACTIVE:
+                state.materialize(MATERIALIZE_SLICE)
+                await asyncio.sleep(0)
+        except CorruptLogError as e:  # a record that passed its CRC but cannot be decoded: as a failed load
+            self._load_error = f"{type(e).__name__}: {e}"
+            log.error("shard %d failed to load: %s", self.partition, self._load_error)
+            self._step_down(self._load_error)
+            return
+        self._timeline.setdefault("offsets_materialized", time.time())
 
     # ------------------------------------------------------------------------------------------
     # Group commit
@@ -473,6 +491,7 @@ class CoordinatorShard:
             "load_seconds": None if summary is None else summary.seconds,
             "load_bytes_dropped": None if summary is None else summary.bytes_dropped,
             "load_error": self._load_error,
+            "pending_offsets": 0 if self._ctx.shard is None else self._ctx.shard.state.pending_offsets,
             "groups": 0 if self._ctx.shard is None else len(self._ctx.shard.groups),
             "groups_by_state": {} if self._ctx.shard is None else dict(
                 Counter(g.state.value for g in self._ctx.shard.groups.values())),

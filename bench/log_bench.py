@@ -7,7 +7,9 @@ Everything is measured in one run on the same files:
   the same payloads already in memory (no I/O, no CRC, nothing applied, results dropped); also opening
   the log (the recovery scan of the last segment) plus replay, the naive loader
   (decode every record to dataclasses, then ``DurableState.replay`` each) and a worst case where every
-  key is distinct, so every record survives and becomes a dataclass;
+  key is distinct, so every record survives and becomes a dataclass; and the lazy load a shard does
+  (the offsets stay pending, the shard serves, the background turns them into objects), against the wall
+  it stands on: every payload decoded and kept, the survivors in one dict;
 * append with fsync per batch at batch sizes 1/16/256 against a raw ``os.write`` + ``os.fsync`` loop of
   the same frames on the same file system;
 * the reference compactor on a realistic history (many commits per key, some deleted groups).
@@ -151,6 +153,36 @@ def bench_replay(root: str, n: int, kind: str, repeat: int) -> dict:
         return state
 
     load_s = best_of(load, repeat)
+
+    def lazy_load():  # what a shard does: it serves once this returns, the offsets still pending
+        state = DurableState()
+        replay(log, state, lazy=True)
+        return state
+
+    lazy_s = best_of(lazy_load, repeat)
+
+    def lazy_then_materialize():
+        state = DurableState()
+        replay(log, state, lazy=True)
+        while state.materialize(4_000):  # in the shard's slices
+            pass
+
+    lazy_full_s = best_of(lazy_then_materialize, repeat)
+
+    def raw_kept():  # the wall a lazy load stands on: every batch decoded and kept, the survivors in one dict
+        gc.disable()
+        try:
+            last: dict = {}
+            kept = []
+            for p in payloads:
+                flat = unpackb(p, use_list=False)[7]
+                kept.append(flat)
+                it = iter(flat)
+                last.update(zip(it, it, strict=False))
+        finally:
+            gc.enable()
+
+    raw_kept_s = best_of(raw_kept, repeat)
     # What the loaded state holds per committed offset (every Python object it keeps, counted by tracemalloc).
     gc.collect()
     tracemalloc.start()
@@ -181,6 +213,10 @@ def bench_replay(root: str, n: int, kind: str, repeat: int) -> dict:
         "raw_decode_including_every_key_records_per_s": n / raw_full_s,
         "loader_records_per_s": n / load_s,
         "loader_vs_raw": raw_s / load_s,
+        "lazy_load_records_per_s": n / lazy_s,
+        "lazy_load_vs_raw_decode_including_every_key": raw_full_s / lazy_s,
+        "lazy_load_then_materialize_records_per_s": n / lazy_full_s,
+        "raw_decode_kept_plus_survivor_dict_records_per_s": n / raw_kept_s,
         "open_with_recovery_scan_s": open_s,
         "open_plus_replay_records_per_s": n / (open_s + load_s),
         "naive_decode_then_replay_records_per_s": n / naive_s,
@@ -314,6 +350,12 @@ def main() -> None:
         print(f"{name + ': naive decode+replay records/s':<58}{r['naive_decode_then_replay_records_per_s']:>16,.0f}")
         print(f"{name + ': replay / raw decode incl. every key':<58}"
               f"{r['loader_records_per_s'] / r['raw_decode_including_every_key_records_per_s']:>16.2f}")
+        print(f"{name + ': lazy load (shard serves) records/s':<58}{r['lazy_load_records_per_s']:>16,.0f}")
+        print(f"{name + ': lazy load / raw decode incl. every key':<58}"
+              f"{r['lazy_load_vs_raw_decode_including_every_key']:>16.2f}")
+        print(f"{name + ': raw decode kept + survivor dict records/s':<58}"
+              f"{r['raw_decode_kept_plus_survivor_dict_records_per_s']:>16,.0f}")
+        print(f"{name + ': lazy load + materialize all records/s':<58}{r['lazy_load_then_materialize_records_per_s']:>16,.0f}")
         print(f"{name + ': state bytes per committed offset':<58}{r['state_bytes_per_committed_offset']:>16,.0f}")
     for a in appends:
         label = f"append, {a['records_per_batch']} rec/batch ({a['frame_bytes']} B), fsync each: batches/s"

@@ -6,7 +6,8 @@ those, where a deployment of 50 partitions x 10 M offsets hits its limits.
   in-process coordinator give the cost of a group and of a member (a line through the two points); a
   loaded log of all-distinct keys gives the cost of a committed offset;
 * replay of a partition log of all-distinct keys (a compacted log: the worst case) at 1 M and 10 M
-  records, against raw msgpack decode of the same payloads including every key;
+  records, against raw msgpack decode of the same payloads including every key; eager, and lazy (a
+  shard's: it serves once the log is read, the offsets turned into objects behind it);
 * failover (``bench/failover.py``'s measurement) of a partition of 1 M and 10 M records on a simulated
   3-node cluster: kill of the leader's node -> first commit served by the new leader, with detection.
 
@@ -117,10 +118,21 @@ def replay_scale(root: str, n: int) -> dict:
     t = time.perf_counter()
     replay(log, state)
     load_s = time.perf_counter() - t
-    log.close()
     offsets = sum(len(v) for v in state.offsets.values())
-    assert offsets == n and summary.records == n
+    del state
+    gc.collect()
+    lazy = DurableState()
+    t = time.perf_counter()
+    replay(log, lazy, lazy=True)  # what a shard does: it serves from here, the offsets still pending
+    lazy_s = time.perf_counter() - t
+    t = time.perf_counter()
+    lazy.materialize()
+    materialize_s = time.perf_counter() - t
+    log.close()
+    assert offsets == n and summary.records == n and lazy.pending_offsets == 0
     return {"records": n, "replay_s": round(load_s, 3), "replay_records_per_s": round(n / load_s),
+            "lazy_replay_s": round(lazy_s, 3), "lazy_replay_records_per_s": round(n / lazy_s),
+            "lazy_then_materialize_s": round(lazy_s + materialize_s, 3),
             "raw_decode_incl_keys_records_per_s": round(n / raw_s), "replay_vs_raw": round(raw_s / load_s, 3),
             "bytes_per_committed_offset": round(held / offsets, 1), "state_bytes": held}
 
@@ -142,6 +154,7 @@ def extrapolate(mem: dict, replays: list[dict], failovers: list[dict]) -> dict:
         "state_gib_per_node_if_every_replica_kept_live_state": round(per_node_gib, 1),
         "replay_s_per_partition": round(offsets / biggest["replay_records_per_s"], 1),
         "replay_s_all_leaders_of_a_node_one_core": round(partitions / nodes * offsets / biggest["replay_records_per_s"], 0),
+        "lazy_replay_s_per_partition_until_it_serves": round(offsets / biggest["lazy_replay_records_per_s"], 1),
         "failover_s_at_largest_measured": failovers[-1]["total_s"] if failovers else None,
     }
 
@@ -162,8 +175,9 @@ def main() -> None:
             r = replay_scale(root, n)
             replays.append(r)
             print(f"replay of {n:>10,} distinct keys: {r['replay_s']} s ({r['replay_records_per_s']:,}/s, "
-                  f"{r['replay_vs_raw']} of raw decode incl. keys); {r['bytes_per_committed_offset']} B per offset",
-                  flush=True)
+                  f"{r['replay_vs_raw']} of raw decode incl. keys); lazily {r['lazy_replay_s']} s "
+                  f"({r['lazy_replay_records_per_s']:,}/s), materialized by {r['lazy_then_materialize_s']} s; "
+                  f"{r['bytes_per_committed_offset']} B per offset", flush=True)
             shutil.rmtree(os.path.join(root, f"distinct-{n}"), ignore_errors=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)

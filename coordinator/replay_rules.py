@@ -51,19 +51,20 @@ def apply(state: DurableState, key: RecordKey, value: RecordValue) -> tuple:
     if type(key) is OffsetCommitKey:
         group = key.group
         tp = (state.topics.setdefault(key.topic, key.topic), key.partition)
-        by_tp = state.offsets.get(group)
+        offsets = state.offsets_for_key(group, key.topic, key.partition)
+        by_tp = offsets.get(group)
         prev = by_tp.get(tp, _MISSING) if by_tp is not None else _MISSING
         prev_group = state.groups.get(group, _MISSING)
         if value is None:
             if by_tp is not None and tp in by_tp:
                 del by_tp[tp]
                 if not by_tp:
-                    del state.offsets[group]
+                    del offsets[group]
         else:
             if type(value) is not OffsetCommitValue:
                 raise TypeError(f"OffsetCommitKey needs an OffsetCommitValue, got {type(value).__name__}")
             if by_tp is None:
-                by_tp = state.offsets[group] = {}
+                by_tp = offsets[group] = {}
             by_tp[tp] = value
             if prev_group is _MISSING:
                 state.groups[group] = None
@@ -85,14 +86,15 @@ def undo(state: DurableState, token: tuple) -> None:
     """Revert the record that returned ``token`` (the most recent one not yet undone)."""
     kind, group, tp, prev, prev_group = token
     if kind == "o":
+        offsets = state.offsets_for_key(group, *tp)  # apply took the key out of what is pending
         if prev is _MISSING:
-            by_tp = state.offsets.get(group)
+            by_tp = offsets.get(group)
             if by_tp is not None:
                 by_tp.pop(tp, None)
                 if not by_tp:
-                    del state.offsets[group]
+                    del offsets[group]
         else:
-            state.offsets.setdefault(group, {})[tp] = prev
+            offsets.setdefault(group, {})[tp] = prev
     if prev_group is _MISSING:
         state.groups.pop(group, None)
     else:

@@ -86,12 +86,12 @@ class OffsetsMixin:
     def fetch_offsets(self, req: OffsetFetchRequest) -> OffsetFetchResponse:
         group = self.groups.get(req.group_id)
         dead = group is None or group.is_in(GroupState.DEAD)
-        by_tp = {} if dead else self.state.offsets.get(req.group_id, {})
         if req.partitions is None:
+            by_tp = {} if dead else self.state.group_offsets(req.group_id) or {}
             return OffsetFetchResponse(Errors.NONE, {tp: _partition_offset(v) for tp, v in sorted(by_tp.items())})
         out = {}
         for tp in req.partitions:
-            value = by_tp.get(tp)
+            value = None if dead else self.state.offset(req.group_id, *tp)
             out[tp] = _NO_OFFSET if value is None else _partition_offset(value)
         return OffsetFetchResponse(Errors.NONE, out)
 
@@ -134,7 +134,7 @@ class OffsetsMixin:
                 continue
             records = [
                 new_offset_commit_tombstone_record(group_id, topic, partition)
-                for topic, partition in self.state.offsets.get(group_id, {})
+                for topic, partition in self.state.group_offsets(group_id) or {}
             ]
             records.append(new_group_metadata_tombstone_record(group_id))
             result.write(records)
@@ -212,7 +212,7 @@ class OffsetsMixin:
         self._groups_removed_by_operation().clear()
         for group_id, group in list(self.groups.items()):
             all_expired = True
-            by_tp = self.state.offsets.get(group_id)
+            by_tp = self.state.group_offsets(group_id)
             if by_tp is not None:
                 base = _expiration_base(group)
                 if base is None:
@@ -238,7 +238,7 @@ class OffsetsMixin:
         ``onLoaded``: loaded groups are Stable (with members) or Empty; every member gets a fresh
         session timer; a group over ``group.max.size`` rebalances."""
         result = Result()
-        for group_id in list(self.state.groups) + [g for g in self.state.offsets if g not in self.state.groups]:
+        for group_id in list(self.state.groups) + self.state.offset_only_groups():
             result.add(self._materialize_group(group_id))
         self.schedule_expiration()
         return result

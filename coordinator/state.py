@@ -9,7 +9,7 @@ load, as Kafka's ``onLoaded`` does.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import Protocol
 
 from raygroups.coordinator import replay_rules
 from raygroups.coordinator.records import GroupMetadataValue, OffsetCommitValue, RecordKey, RecordValue
@@ -17,19 +17,120 @@ from raygroups.coordinator.records import GroupMetadataValue, OffsetCommitValue,
 TopicPartition = tuple[str, int]
 
 
-@dataclass
+GROUP_SCANS_BEFORE_MATERIALIZING = 8
+
+
+class PendingOffsets(Protocol):
+    """Offsets a loader replayed but has not turned into objects yet (``offsets_log.loader``): each
+    ``(group, topic, partition)`` is either pending or in ``DurableState``'s dicts, never both."""
+
+    def __len__(self) -> int: ...
+
+    def take(self, group: str, topic: str, partition: int) -> OffsetCommitValue | None:
+        """Remove and return the pending offset of that key (None: none is pending)."""
+
+    def take_group(self, group: str) -> list[tuple[TopicPartition, OffsetCommitValue]]:
+        """Remove and return every pending offset of ``group`` (a scan of what is pending)."""
+
+    def drain_into(self, offsets: dict[str, dict[TopicPartition, OffsetCommitValue]], limit: int | None) -> None:
+        """Move up to ``limit`` (None: all) pending offsets into ``offsets``, in no particular order; an
+        offset ``offsets`` has already stays (it is newer)."""
+
+
 class DurableState:
     """The offsets and groups a log's records leave (the rules are in ``replay_rules``); a "simple" group,
     known only through its offsets, is ``None`` in ``groups``.
 
     Guarantees: replaying the same records in the same order always gives an equal state, whatever
-    was replayed (or undone) before on another instance."""
+    was replayed (or undone) before on another instance.
 
-    offsets: dict[str, dict[TopicPartition, OffsetCommitValue]] = field(default_factory=dict)
-    groups: dict[str, GroupMetadataValue | None] = field(default_factory=dict)
-    # One string per topic name, however many offsets of however many groups name it (a decoded record,
-    # or a request, brings a new string each time).
-    topics: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+    A loader may leave offsets *pending* (``attach_pending``): kept as the log's raw records and turned
+    into objects by ``materialize`` (a shard does it in the background once it serves), or at once when
+    one is needed -- ``offset`` and ``replay`` take just that key, ``offsets`` (every group's offsets)
+    takes all. Every group a pending offset belongs to is in ``groups`` already."""
+
+    __hash__ = None  # mutable
+
+    def __init__(self, offsets: dict[str, dict[TopicPartition, OffsetCommitValue]] | None = None,
+                 groups: dict[str, GroupMetadataValue | None] | None = None,
+                 topics: dict[str, str] | None = None) -> None:
+        self._offsets = {} if offsets is None else offsets
+        self.groups = {} if groups is None else groups
+        # One string per topic name, however many offsets of however many groups name it (a decoded record,
+        # or a request, brings a new string each time).
+        self.topics = {} if topics is None else topics
+        self._pending: PendingOffsets | None = None
+        self._group_scans = 0  # groups taken out of what is pending one at a time
+
+    @property
+    def offsets(self) -> dict[str, dict[TopicPartition, OffsetCommitValue]]:
+        """Every group's offsets, by (topic, partition); nothing is left pending once this is read."""
+        if self._pending is not None:
+            self.materialize()
+        return self._offsets
+
+    @offsets.setter
+    def offsets(self, value: dict[str, dict[TopicPartition, OffsetCommitValue]]) -> None:
+        self._offsets = value
+        self._pending = None
+
+    def attach_pending(self, pending: PendingOffsets) -> None:
+        if self._pending is not None:
+            raise ValueError("offsets are pending already")
+        if len(pending):
+            self._pending = pending
+
+    @property
+    def pending_offsets(self) -> int:
+        return 0 if self._pending is None else len(self._pending)
+
+    def materialize(self, limit: int | None = None) -> int:
+        """Turn up to ``limit`` (None: all) pending offsets into objects; how many stay pending."""
+        pending = self._pending
+        if pending is None:
+            return 0
+        pending.drain_into(self._offsets, limit)
+        left = len(pending)
+        if not left:
+            self._pending = None
+        return left
+
+    def offsets_for_key(self, group: str, topic: str, partition: int) -> dict[str, dict[TopicPartition, OffsetCommitValue]]:
+        """The offsets by group, with this one key no longer pending (what ``replay_rules.apply`` changes)."""
+        pending = self._pending
+        if pending is not None:
+            value = pending.take(group, topic, partition)
+            if value is not None:
+                self._offsets.setdefault(group, {})[(self.topics.setdefault(topic, topic), partition)] = value
+                if not len(pending):
+                    self._pending = None
+        return self._offsets
+
+    def group_offsets(self, group: str) -> dict[TopicPartition, OffsetCommitValue] | None:
+        """One group's offsets (nothing of it left pending). With offsets pending, the first few calls take
+        just that group out (a scan of what is pending, about 60 ms per million here); after that,
+        everything is materialized at once rather than scanned again and again."""
+        pending = self._pending
+        if pending is not None:
+            if self._group_scans >= GROUP_SCANS_BEFORE_MATERIALIZING:
+                self.materialize()
+            else:
+                self._group_scans += 1
+                taken = pending.take_group(group)
+                if taken:
+                    by_tp = self._offsets.setdefault(group, {})
+                    for tp, value in taken:
+                        by_tp.setdefault(tp, value)
+                if not len(pending):
+                    self._pending = None
+        return self._offsets.get(group)
+
+    def offset_only_groups(self) -> list[str]:
+        """The groups with offsets but no entry in ``groups`` (their metadata was deleted and the offsets
+        stay, as in Kafka). Exact with offsets pending: every group a pending offset belongs to is in
+        ``groups``."""
+        groups = self.groups
+        return [g for g in self._offsets if g not in groups]
 
     def replay(self, key: RecordKey, value: RecordValue) -> tuple:
         """Apply one record (``replay_rules.apply``); return a token that ``undo`` uses to revert exactly it."""
@@ -39,8 +140,16 @@ class DurableState:
         replay_rules.undo(self, token)
 
     def offset(self, group: str, topic: str, partition: int) -> OffsetCommitValue | None:
-        by_tp = self.offsets.get(group)
+        by_tp = self.offsets_for_key(group, topic, partition).get(group)
         return None if by_tp is None else by_tp.get((topic, partition))
 
     def copy(self) -> DurableState:
         return DurableState({g: dict(tps) for g, tps in self.offsets.items()}, dict(self.groups), self.topics)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DurableState):
+            return NotImplemented
+        return self.offsets == other.offsets and self.groups == other.groups
+
+    def __repr__(self) -> str:
+        return f"DurableState(offsets={self.offsets!r}, groups={self.groups!r})"

@@ -92,6 +92,16 @@ def encode_key(key) -> bytes:
     raise RecordFormatError(f"cannot encode a record key of type {t.__name__}")
 
 
+def encode_offset_commit_key(group: str, topic: str, partition: int) -> bytes:
+    """``encode_key(OffsetCommitKey(group, topic, partition))`` without building the key object."""
+    return _pack((OFFSET_COMMIT_KEY_TYPE, group, topic, partition))
+
+
+def offset_commit_key_prefix(group: str) -> bytes:
+    """The bytes every encoded ``OffsetCommitKey`` of ``group`` starts with (a 4-array header, the type)."""
+    return b"\x94" + _pack((OFFSET_COMMIT_KEY_TYPE, group))[1:]
+
+
 def decode_key_fields(raw: bytes) -> tuple:
     """The ``(type_id, *fields)`` tuple of an encoded key."""
     fields = msgpack.unpackb(raw, use_list=False)

@@ -15,24 +15,25 @@ from log_testlib import (
     sequential_state,
 )
 from raygroups.coordinator.records import (
+    OffsetCommitKey,
     new_group_metadata_record,
     new_group_metadata_tombstone_record,
     new_offset_commit_record,
     new_offset_commit_tombstone_record,
 )
-from raygroups.coordinator.state import DurableState
-from raygroups.offsets_log import InMemoryLog, LoadSummary, open_log, replay
+from raygroups.coordinator.state import GROUP_SCANS_BEFORE_MATERIALIZING, DurableState
+from raygroups.offsets_log import CorruptLogError, InMemoryLog, LoadSummary, open_log, replay
 
 NO_FSYNC = {"fsync_for_testing": lambda fd: None}
 PROPS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
-def load(directory, batches, segment_bytes=1 << 20) -> tuple[DurableState, LoadSummary]:
+def load(directory, batches, segment_bytes=1 << 20, lazy=False) -> tuple[DurableState, LoadSummary]:
     with open_log(directory, segment_bytes=segment_bytes, **NO_FSYNC) as log:
         append_all(log, batches)
     with open_log(directory, segment_bytes=segment_bytes, **NO_FSYNC) as log:
         state = DurableState()
-        return state, replay(log, state)
+        return state, replay(log, state, lazy=lazy)
 
 
 @PROPS
@@ -42,6 +43,73 @@ def test_fast_loader_equals_sequential_replay(tmp_path_factory, recs, segment_by
     state, summary = load(tmp_path_factory.mktemp("p"), batches, segment_bytes)
     assert state == sequential_state(batches)
     assert summary.records == sum(len(b.records) for b in batches)
+
+
+@PROPS
+@given(recs=st.one_of(record_lists, histories, narrow_histories, offsets_only_histories),
+       live=st.one_of(record_lists, histories), slice_size=st.integers(1, 5))
+def test_a_lazy_load_with_live_writes_and_slices_equals_sequential_replay(tmp_path_factory, recs, live, slice_size):
+    """Loaded lazily, the offsets stay pending while groups (simple ones included) and the groups with
+    offsets but no metadata are exact at once; reads and writes of single keys, interleaved with slices of
+    materialization, see and leave exactly what sequential replay of the log and the same writes does."""
+    batches = make_batches(recs)
+    state, summary = load(tmp_path_factory.mktemp("p"), batches, lazy=True)
+    expected = sequential_state(batches)
+    assert summary.records == sum(len(b.records) for b in batches)
+    assert state.groups == expected.groups
+    assert sorted(state.offset_only_groups()) == sorted(expected.offset_only_groups())
+    for i, (key, value) in enumerate(r for batch in live for r in batch):
+        if isinstance(key, OffsetCommitKey):
+            assert state.offset(key.group, key.topic, key.partition) == expected.offset(key.group, key.topic,
+                                                                                        key.partition)
+        if i % 4 == 1:
+            assert state.group_offsets(key.group) == expected.group_offsets(key.group)
+        token = state.replay(key, value)
+        if i % 3 == 2:  # a failed append takes the record back
+            state.undo(token)
+        else:
+            expected.replay(key, value)
+        if i % 2:
+            state.materialize(slice_size)
+    assert state == expected
+    assert state.pending_offsets == 0
+
+
+def test_a_lazy_load_leaves_offsets_pending_until_needed(tmp_path):
+    batches = make_batches([[new_offset_commit_record(f"g{i % 3}", "t", i, i, -1, "", 1) for i in range(9)]])
+    state, _ = load(tmp_path / "p", batches, lazy=True)
+    assert state.pending_offsets == 9 and set(state.groups) == {"g0", "g1", "g2"}
+    assert state.offset("g1", "t", 4).offset == 4  # one key, taken out of what is pending
+    assert state.pending_offsets == 8
+    assert state.materialize(5) == 3
+    assert sorted(state.group_offsets("g2")) == [("t", 2), ("t", 5), ("t", 8)]  # a whole group: all of them
+    assert state.pending_offsets == 2  # of g0 and g1
+    assert state.group_offsets("nobody") is None
+    for _ in range(GROUP_SCANS_BEFORE_MATERIALIZING):
+        state.group_offsets("nobody")
+    assert state.pending_offsets == 0 and state == sequential_state(batches)  # scanned enough: all at once
+
+
+def test_a_pending_record_that_cannot_be_decoded_fails_when_it_is_materialized(tmp_path):
+    """A record that passes its CRC but is not an offset commit value fails the load lazily, with the log
+    named, when it is turned into an object."""
+    import msgpack
+    from raygroups.offsets_log.codec import FORMAT, encode_key, frame
+
+    directory = tmp_path / "p"
+    with open_log(directory, **NO_FSYNC) as log:
+        append_all(log, make_batches([[new_offset_commit_record("g", "t", 0, 1, -1, "", 1)]]))
+    bad_key = encode_key(OffsetCommitKey("g", "t", 1))
+    payload = msgpack.packb((FORMAT, 1, 0, 1, 1, 0, ["g"], [bad_key, (7, "not", "a", "value")]), use_bin_type=True)
+    segment = sorted(directory.glob("*.log"))[-1]
+    with open(segment, "ab") as f:
+        f.write(frame(payload))
+    with open_log(directory, **NO_FSYNC) as log:
+        state = DurableState()
+        replay(log, state, lazy=True)
+    assert state.pending_offsets == 2
+    with pytest.raises(CorruptLogError, match="cannot be decoded"):
+        state.materialize()
 
 
 oc = new_offset_commit_record

@@ -61,6 +61,10 @@ def test_kill_a_shard_during_commits(cluster):
     after = cluster.shard_status()[victim]
     assert after["leader_epoch"] > before["leader_epoch"]
     assert after["load_records"] > 0
+    # Loaded lazily: the offsets it did not need at once were turned into objects behind it.
+    wait_for(lambda: "offsets_materialized" in cluster.shard_status()[victim]["start_timeline"],
+             what="the restarted shard's pending offsets to be materialized")
+    assert cluster.shard_status()[victim]["pending_offsets"] == 0
     for g in groups:
         fetched = client.fetch_offsets(group_id=g, partitions=[("orders", 0)]).result(60)
         assert fetched.offsets[("orders", 0)].offset == acked[g], g
