@@ -214,11 +214,21 @@ class Controller:
                         raise RuntimeError(f"the report came from incarnation {raw['ray_node_id']}, not {o.node_id}")
                     out[name] = node_report(raw, o.node_id)
                     await self._reconcile_topics(name, raw)
+                    await self._ensure_spare(name, o)
                     continue
                 except Exception as e:  # noqa: BLE001 - asked again below
                     log.info("disk report of node %s failed: %s", name, e)
             self._reports[name] = (o.node_id, asyncio.ensure_future(self._report(name, o)), time.monotonic())
         return out
+
+    async def _ensure_spare(self, name: str, node) -> None:
+        """Once per incarnation of a coordinator node (with its disk report): a spare shard process there,
+        whether or not it leads anything yet, so that a failover onto it adopts instead of starting one."""
+        try:
+            if await asyncio.to_thread(self._actors.ensure_spare, name, scheduling_for(node, name)):
+                self._event({"event": "spare-started", "node": name})
+        except Exception as e:  # noqa: BLE001 - the node gets one with the first shard started there
+            log.info("could not start a spare on %s: %s", name, e)
 
     async def _report(self, name: str, node) -> dict:
         handle = await asyncio.to_thread(self._actors.ensure_log_server, name, scheduling_for(node, name))

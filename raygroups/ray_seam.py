@@ -377,6 +377,14 @@ class ActorFactory:
             self.create_shard(None, node, scheduling)
         return handle
 
+    def ensure_spare(self, node: str, scheduling: dict[str, Any]) -> bool:
+        """See that ``node`` has a spare (running or starting), so that the first partition it ever leads
+        is adopted rather than started; True if one was started now."""
+        if self.free_spares(node):
+            return False
+        self.create_shard(None, node, scheduling)
+        return True
+
     def stop_spares(self) -> None:
         """Kill every spare of the deployment and forget which partitions spares serve (shutdown)."""
         for a in ray.util.list_named_actors(all_namespaces=True):

@@ -79,7 +79,8 @@ def test_kill_a_shard_during_commits(cluster):
 def test_a_spare_serves_nothing_until_it_adopts_and_serves_that_partition_again_after_a_restart(cluster, tmp_path):
     """A replicated deployment's spare shard process (``ActorFactory``): it answers nothing before it adopts
     a partition, adopts one partition only, and when Ray restarts its process it serves that partition
-    again (it finds it in the GCS); ``stop_spares`` leaves neither actor nor entry behind."""
+    again (it finds it in the GCS); ``ensure_spare`` gives a node one; ``stop_spares`` leaves neither actor
+    nor entry behind."""
     import ray
     from ray.experimental import internal_kv
 
@@ -109,6 +110,11 @@ def test_a_spare_serves_nothing_until_it_adopts_and_serves_that_partition_again_
     kv_put(SPARE_BOUND_KEY_PREFIX + other_name.encode(), b"1", namespace)
     assert ray.get(other.probe.remote(), timeout=60)["node"] == "n1"
     assert ray.get(other.status.remote(), timeout=30)["partition"] == 1
+    # A node that never led anything gets a spare too (the controller asks with the node's disk report),
+    # and one only: a spare still starting counts.
+    here = {"node_id": ray.get_runtime_context().get_node_id()}
+    assert factory.ensure_spare("n2", here) is True
+    assert factory.ensure_spare("n2", here) is False and len(factory.free_spares("n2")) == 1
     factory.stop_spares()
     assert not [a for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == namespace]
     assert internal_kv._internal_kv_list(SPARE_BOUND_KEY_PREFIX, namespace=namespace) == []
