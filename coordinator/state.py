@@ -17,9 +17,6 @@ from raygroups.coordinator.records import GroupMetadataValue, OffsetCommitValue,
 TopicPartition = tuple[str, int]
 
 
-GROUP_SCANS_BEFORE_MATERIALIZING = 8
-
-
 class PendingOffsets(Protocol):
     """Offsets a loader replayed but has not turned into objects yet (``offsets_log.loader``): each
     ``(group, topic, partition)`` is either pending or in ``DurableState``'s dicts, never both."""
@@ -46,8 +43,9 @@ class DurableState:
 
     A loader may leave offsets *pending* (``attach_pending``): kept as the log's raw records and turned
     into objects by ``materialize`` (a shard does it in the background once it serves), or at once when
-    one is needed -- ``offset`` and ``replay`` take just that key, ``offsets`` (every group's offsets)
-    takes all. Every group a pending offset belongs to is in ``groups`` already."""
+    one is needed -- ``offset`` and ``replay`` take just that key, ``group_offsets`` that group,
+    ``offsets`` (every group's offsets) all. Every group a pending offset belongs to is in ``groups``
+    already."""
 
     __hash__ = None  # mutable
 
@@ -60,7 +58,6 @@ class DurableState:
         # or a request, brings a new string each time).
         self.topics = {} if topics is None else topics
         self._pending: PendingOffsets | None = None
-        self._group_scans = 0  # groups taken out of what is pending one at a time
 
     @property
     def offsets(self) -> dict[str, dict[TopicPartition, OffsetCommitValue]]:
@@ -107,22 +104,16 @@ class DurableState:
         return self._offsets
 
     def group_offsets(self, group: str) -> dict[TopicPartition, OffsetCommitValue] | None:
-        """One group's offsets (nothing of it left pending). With offsets pending, the first few calls take
-        just that group out (a scan of what is pending, about 60 ms per million here); after that,
-        everything is materialized at once rather than scanned again and again."""
+        """One group's offsets (nothing of it left pending; the others stay as they are)."""
         pending = self._pending
         if pending is not None:
-            if self._group_scans >= GROUP_SCANS_BEFORE_MATERIALIZING:
-                self.materialize()
-            else:
-                self._group_scans += 1
-                taken = pending.take_group(group)
-                if taken:
-                    by_tp = self._offsets.setdefault(group, {})
-                    for tp, value in taken:
-                        by_tp.setdefault(tp, value)
-                if not len(pending):
-                    self._pending = None
+            taken = pending.take_group(group)
+            if taken:
+                by_tp = self._offsets.setdefault(group, {})
+                for tp, value in taken:
+                    by_tp.setdefault(tp, value)
+            if not len(pending):
+                self._pending = None
         return self._offsets.get(group)
 
     def offset_only_groups(self) -> list[str]:

@@ -288,17 +288,27 @@ def _put_offsets(keys: list, values: list, topics: dict, offsets: dict) -> list:
     return others
 
 
+GROUP_SCANS_BEFORE_INDEXING = 8
+INDEX_CHUNK_KEYS = 100_000
+
+
 class RawOffsets:
     """A lazily loaded partition's pending offsets (``coordinator.state.PendingOffsets``): the surviving
     offset-commit records as the log holds them, encoded key -> decoded raw value, turned into objects a key
-    at a time (``take``) or a slice at a time (``drain``)."""
+    at a time (``take``), a group at a time (``take_group``) or a slice at a time (``drain_into``).
 
-    __slots__ = ("_raw", "_topics", "_where")
+    A group is found by its keys' prefix, a scan of what is pending (about 60 ms per million keys here);
+    after ``GROUP_SCANS_BEFORE_INDEXING`` scans the keys are indexed by group once (every key decoded,
+    about 0.3 s per million) and each later group costs only its own keys."""
+
+    __slots__ = ("_raw", "_topics", "_where", "_scans", "_by_group")
 
     def __init__(self, raw: dict, topics: dict, where: str) -> None:
         self._raw = raw
         self._topics = topics
         self._where = where
+        self._scans = 0
+        self._by_group: dict[str, list[bytes]] | None = None
 
     def __len__(self) -> int:
         return len(self._raw)
@@ -314,8 +324,14 @@ class RawOffsets:
 
     def take_group(self, group: str) -> list:
         raw = self._raw
-        prefix = offset_commit_key_prefix(group)
-        keys = [k for k in raw if k.startswith(prefix)]
+        if self._by_group is None and self._scans >= GROUP_SCANS_BEFORE_INDEXING:
+            self._by_group = self._index()
+        if self._by_group is None:
+            self._scans += 1
+            prefix = offset_commit_key_prefix(group)
+            keys = [k for k in raw if k.startswith(prefix)]
+        else:  # keys taken or drained since the index was built are gone from ``raw``
+            keys = [k for k in self._by_group.pop(group, ()) if k in raw]
         if not keys:
             return []
         offsets: dict = {}
@@ -326,6 +342,20 @@ class RawOffsets:
         if others or set(offsets) != {group}:
             raise CorruptLogError(self._where, None, f"a pending offset of group {group!r} has a malformed key")
         return list(offsets[group].items())
+
+    def _index(self) -> dict[str, list[bytes]]:
+        by_group: dict[str, list[bytes]] = {}
+        keys = list(self._raw)
+        with _gc_paused():
+            for start in range(0, len(keys), INDEX_CHUNK_KEYS):
+                chunk = keys[start:start + INDEX_CHUNK_KEYS]
+                try:
+                    fields = msgpack.unpackb(b"\xdd" + len(chunk).to_bytes(4, "big") + b"".join(chunk), use_list=False)
+                    for key, f in zip(chunk, fields, strict=True):
+                        by_group.setdefault(f[1], []).append(key)
+                except (ValueError, TypeError, IndexError, msgpack.UnpackException) as e:
+                    raise CorruptLogError(self._where, None, f"a pending offset has a malformed key ({e})") from e
+        return by_group
 
     def drain_into(self, offsets: dict, limit: int | None) -> None:
         raw = self._raw

@@ -21,8 +21,9 @@ from raygroups.coordinator.records import (
     new_offset_commit_record,
     new_offset_commit_tombstone_record,
 )
-from raygroups.coordinator.state import GROUP_SCANS_BEFORE_MATERIALIZING, DurableState
+from raygroups.coordinator.state import DurableState
 from raygroups.offsets_log import CorruptLogError, InMemoryLog, LoadSummary, open_log, replay
+from raygroups.offsets_log.loader import GROUP_SCANS_BEFORE_INDEXING
 
 NO_FSYNC = {"fsync_for_testing": lambda fd: None}
 PROPS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -84,10 +85,19 @@ def test_a_lazy_load_leaves_offsets_pending_until_needed(tmp_path):
     assert state.materialize(5) == 3
     assert sorted(state.group_offsets("g2")) == [("t", 2), ("t", 5), ("t", 8)]  # a whole group: all of them
     assert state.pending_offsets == 2  # of g0 and g1
-    assert state.group_offsets("nobody") is None
-    for _ in range(GROUP_SCANS_BEFORE_MATERIALIZING):
-        state.group_offsets("nobody")
-    assert state.pending_offsets == 0 and state == sequential_state(batches)  # scanned enough: all at once
+    assert state.materialize() == 0 and state == sequential_state(batches)
+
+
+def test_a_lazily_loaded_group_is_found_by_scans_then_through_an_index(tmp_path):
+    batches = make_batches([[new_offset_commit_record(f"g{i % 3}", "t", i, i, -1, "", 1) for i in range(9)]])
+    state, _ = load(tmp_path / "p", batches, lazy=True)
+    for _ in range(GROUP_SCANS_BEFORE_INDEXING):
+        assert state.group_offsets("nobody") is None
+    assert sorted(state.group_offsets("g0")) == [("t", 0), ("t", 3), ("t", 6)]  # found through an index
+    assert state.offset("g1", "t", 4).offset == 4  # taken after the index was built: still taken once
+    assert sorted(state.group_offsets("g1")) == [("t", 1), ("t", 4), ("t", 7)]
+    assert state.pending_offsets == 3  # g2's
+    assert state == sequential_state(batches)
 
 
 def test_a_pending_record_that_cannot_be_decoded_fails_when_it_is_materialized(tmp_path):
