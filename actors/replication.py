@@ -39,6 +39,7 @@ def maintenance_interval_s(session_timeout_ms: int) -> float:
 # How long a starting leader waits while the controller has not yet checked this node's incarnation and
 # disk (it answers "wait"); the shard answers COORDINATOR_LOAD_IN_PROGRESS meanwhile.
 START_WAIT_S = 60.0
+START_POLL_S = 0.2
 
 
 class Deposed(Exception):
@@ -82,7 +83,8 @@ class LeaderReplication:
                 return meta, asked
             if time.monotonic() > deadline:
                 raise RuntimeError(f"partition {self.partition}: the controller kept its leader waiting: {meta['wait']}")
-            await asyncio.sleep(0.2)
+            # Ask again when the controller said (the previous leader's lease ends), else soon.
+            await asyncio.sleep(min(max(meta.get("retry_in_s", START_POLL_S) + 0.005, 0.01), START_POLL_S * 10))
 
     async def start(self) -> int:
         self._apply(*await self._leader_started())

@@ -95,6 +95,12 @@ def _failover_once(cluster, partition: int, group: str) -> dict:
     if elected and began and "active" in timeline:
         steps = {"decision_to_shard_running_s": round(began - elected, 3),
                  "shard_load_s": round(timeline["active"] - began, 3),
+                 # Within the load: the controller's epoch (which waits out the previous leader's lease
+                 # while it may still be answering somewhere) and the in-sync followers levelled.
+                 **({"epoch_granted_s": round(timeline["leader_granted"] - timeline["load_started"], 3)}
+                    if "leader_granted" in timeline and "load_started" in timeline else {}),
+                 **({"isr_reconciled_s": round(timeline["isr_reconciled"] - timeline["replayed"], 3)}
+                    if "isr_reconciled" in timeline and "replayed" in timeline else {}),
                  "active_to_first_commit_s": round(t_ok - timeline["active"], 3)}
     return {"records": status.get("load_records"), "total_s": round(total, 3),
             "detection_s": None if detection is None else round(detection, 3),

@@ -403,7 +403,8 @@ class Controller:
         replicas, with the replicas and the ISR. None if ``node`` does not lead the partition, or if the
         calling actor is no longer the partition's shard (replaced while its call was in flight: the new
         shard gets the epoch, never the old one); ``{"wait": reason}`` while this controller has not yet
-        checked that incarnation of the node and its disk."""
+        checked that incarnation of the node and its disk, or while the previous leader's lease runs (then
+        with ``retry_in_s``, how much of it is left)."""
         await self._ensure_running()
         async with self._lock:
             if self._obs is None:
@@ -417,7 +418,7 @@ class Controller:
             if lease > 0:
                 # A leader elsewhere that the controller confirmed lately may still be answering (paused,
                 # or cut off from Ray but not from its clients): the new one waits until it stops.
-                return {"wait": f"the previous leader's lease runs for {lease:.2f} s more"}
+                return {"wait": f"the previous leader's lease runs for {lease:.2f} s more", "retry_in_s": lease}
             await self._commit_or_raise(Commit(partition, new, self._meta.partitions[partition], "leader started"))
             self._confirmed[partition] = (node, time.monotonic())
             a = self._meta.partitions[partition]

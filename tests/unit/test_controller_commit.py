@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from raygroups.actors.log_server import LogServer
 from raygroups.offsets_log.replica_state import partition_dir, read_replica_state
 from raygroups.placement.controller import Controller
@@ -175,7 +177,8 @@ def test_a_new_leader_on_another_node_waits_out_the_lease_the_controller_last_co
     asyncio.run(controller.partition_state(0))  # anyone's read: no renewal
     assert asyncio.run(controller.partition_state(0, granted["leader_epoch"], "A"))["leader"] == "B"  # deposed
     waiting = asyncio.run(controller.leader_started(0, "B", "B#1"))
-    assert waiting == {"wait": "the previous leader's lease runs for 0.50 s more"}  # 2 s lease at 3 s
+    assert waiting["wait"] == "the previous leader's lease runs for 0.50 s more"  # 2 s lease at 3 s
+    assert waiting["retry_in_s"] == pytest.approx(0.5)  # the new leader asks again then, not every 0.2 s
     now[0] += 0.5
     assert asyncio.run(controller.leader_started(0, "B", "B#1"))["leader_epoch"] > granted["leader_epoch"]
     now[0] += 0.1  # B (just confirmed) restarts in place: nothing to wait for

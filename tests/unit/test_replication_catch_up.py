@@ -212,6 +212,34 @@ def test_leadership_lease_expires_without_confirmation(tmp_path):
     asyncio.run(scenario())
 
 
+def test_a_new_leader_told_to_wait_asks_again_when_the_controller_said(tmp_path, monkeypatch):
+    """While the previous leader's lease runs the controller answers "wait" with how long; the new leader
+    sleeps that long (a hair more) rather than polling, and gets its epoch on the next ask."""
+    from raygroups.actors import replication
+
+    async def scenario():
+        leader_log, follower, rep = setup(tmp_path)
+        controller = rep._controller._obj
+        answers = [{"wait": "the previous leader's lease runs for 0.37 s more", "retry_in_s": 0.37},
+                   {"wait": "the controller has not looked at the cluster yet"}]
+        real = controller.leader_started
+
+        async def leader_started(*args):
+            return answers.pop(0) if answers else await real(*args)
+
+        controller.leader_started = leader_started
+        slept = []
+
+        async def sleep(seconds):
+            slept.append(round(seconds, 3))
+
+        monkeypatch.setattr(replication.asyncio, "sleep", sleep)
+        assert await rep.start() == 1
+        assert slept == pytest.approx([0.375, replication.START_POLL_S + 0.005])
+
+    asyncio.run(scenario())
+
+
 def test_a_hanging_follower_does_not_hold_back_the_lease_renewal(tmp_path):
     """The catch-up of a follower out of the ISR may wait ``replica.lag.time.max.ms`` per call for one that
     hangs; the lease is renewed in every round meanwhile, one catch-up runs at a time, and a catch-up that
