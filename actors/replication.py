@@ -65,6 +65,8 @@ class LeaderReplication:
         self.confirmed_at = 0.0  # monotonic time the controller last confirmed this leadership
         self.lease_s = leadership_lease_s(session_timeout_ms)
         self._catching_up: asyncio.Task | None = None  # followers out of the ISR being caught up
+        self._catch_up_stopped = False  # this leader stepped down: no catch-up starts again
+        self._catch_up_deposed: tuple[int, Deposed] | None = None  # what the catch-up met, at which epoch
         self._expanding = 0  # ISR expansions the controller has not answered yet
         self._isr_expansions = 0  # ISR expansions the controller answered (or failed to)
 
@@ -246,30 +248,33 @@ class LeaderReplication:
             self.isr &= set(meta["isr"]) & set(self.replicas)
         self._raise_if_catch_up_deposed()
         behind = [node for node in self.followers if node not in self.isr]
-        if behind and (self._catching_up is None or self._catching_up.done()):
+        if behind and not self._catch_up_stopped and (self._catching_up is None or self._catching_up.done()):
             self._catching_up = asyncio.get_running_loop().create_task(
                 self._catch_up_all(behind, leader_log, run_io))
 
     async def _catch_up_all(self, nodes: list[str], leader_log, run_io) -> None:
+        epoch = self.epoch
         for node in nodes:
-            if node in self.isr or node not in self.replicas:
+            if self._catch_up_stopped or node in self.isr or node not in self.replicas:
                 continue
             try:
                 await self._catch_up(node, leader_log, run_io)
-            except Deposed:
-                raise
+            except Deposed as e:
+                self._catch_up_deposed = (epoch, e)
+                return
             except Exception as e:  # noqa: BLE001 - a follower we cannot reach stays out of the ISR
                 log.info("partition %d: catch-up of %s failed: %s", self.partition, node, e)
 
     def _raise_if_catch_up_deposed(self) -> None:
-        task = self._catching_up
-        if task is not None and task.done() and not task.cancelled():
-            self._catching_up = None
-            error = task.exception()
-            if isinstance(error, Deposed):
-                raise error
+        """A catch-up that found this leader deposed makes the round step down -- unless the leader has
+        renewed its epoch since (a follower fenced at the epoch this leader now holds deposes nobody)."""
+        met, self._catch_up_deposed = self._catch_up_deposed, None
+        if met is not None and met[0] == self.epoch:
+            raise met[1]
 
     def stop_catch_up(self) -> None:
+        """This leader stepped down: cancel the catch-up, and start none again."""
+        self._catch_up_stopped = True
         if self._catching_up is not None:
             self._catching_up.cancel()
             self._catching_up = None

@@ -73,6 +73,9 @@ def apply(state: DurableState, key: RecordKey, value: RecordValue) -> tuple:
         group = key.group
         prev_group = state.groups.get(group, _MISSING)
         if value is None:
+            # Its offsets stay; any still pending are taken out first, since a group with pending offsets
+            # must be in ``groups`` (``DurableState.offset_only_groups`` relies on it).
+            state.group_offsets(group)
             state.groups.pop(group, None)
         else:
             if type(value) is not GroupMetadataValue:

@@ -93,13 +93,14 @@ def encode_key(key) -> bytes:
 
 
 def encode_offset_commit_key(group: str, topic: str, partition: int) -> bytes:
-    """``encode_key(OffsetCommitKey(group, topic, partition))`` without building the key object."""
-    return _pack((OFFSET_COMMIT_KEY_TYPE, group, topic, partition))
+    """``encode_key(OffsetCommitKey(group, topic, partition))`` without building the key object (``packb``:
+    the shard's event loop calls this while its I/O thread encodes batches with ``_pack``)."""
+    return msgpack.packb((OFFSET_COMMIT_KEY_TYPE, group, topic, partition), use_bin_type=True)
 
 
 def offset_commit_key_prefix(group: str) -> bytes:
     """The bytes every encoded ``OffsetCommitKey`` of ``group`` starts with (a 4-array header, the type)."""
-    return b"\x94" + _pack((OFFSET_COMMIT_KEY_TYPE, group))[1:]
+    return b"\x94" + msgpack.packb((OFFSET_COMMIT_KEY_TYPE, group), use_bin_type=True)[1:]
 
 
 def decode_key_fields(raw: bytes) -> tuple:

@@ -170,7 +170,7 @@ def _replay_fast(payloads, state: DurableState, where: str, start_offset: int = 
             _install_lazy(last, presence, with_values, state, where)
         else:
             _install(last, presence, state)
-    except (RecordFormatError, TypeError, ValueError) as e:
+    except (RecordFormatError, TypeError, ValueError, IndexError) as e:
         raise CorruptLogError(where, None, f"a record cannot be decoded ({e})") from e
     return n, nbytes
 
@@ -297,9 +297,10 @@ class RawOffsets:
     offset-commit records as the log holds them, encoded key -> decoded raw value, turned into objects a key
     at a time (``take``), a group at a time (``take_group``) or a slice at a time (``drain_into``).
 
-    A group is found by its keys' prefix, a scan of what is pending (about 60 ms per million keys here);
+    A group is found by its keys' prefix, a scan of what is pending (about 70 ms per million keys here);
     after ``GROUP_SCANS_BEFORE_INDEXING`` scans the keys are indexed by group once (every key decoded,
-    about 0.3 s per million) and each later group costs only its own keys."""
+    about 0.6 s per million) and each later group costs only its own keys. Both run on the caller's thread
+    (a shard's event loop), while the background materialization shrinks what is pending."""
 
     __slots__ = ("_raw", "_topics", "_where", "_scans", "_by_group")
 
@@ -313,14 +314,20 @@ class RawOffsets:
     def __len__(self) -> int:
         return len(self._raw)
 
+    # A record that cannot be decoded stays pending (every method decodes before it removes anything), so
+    # the request that met it changes nothing and the shard's background materialization, which reaches
+    # every record, fails the partition as a failed load would.
     def take(self, group: str, topic: str, partition: int) -> OffsetCommitValue | None:
-        raw = self._raw.pop(encode_offset_commit_key(group, topic, partition), None)
+        key = encode_offset_commit_key(group, topic, partition)
+        raw = self._raw.get(key)
         if raw is None:
             return None
         try:
-            return decode_offset_commit_value(raw)
+            value = decode_offset_commit_value(raw)
         except (RecordFormatError, TypeError, ValueError) as e:
             raise CorruptLogError(self._where, None, f"a record cannot be decoded ({e})") from e
+        del self._raw[key]
+        return value
 
     def take_group(self, group: str) -> list:
         raw = self._raw
@@ -336,11 +343,13 @@ class RawOffsets:
             return []
         offsets: dict = {}
         try:
-            others = _put_offsets(keys, [raw.pop(k) for k in keys], self._topics, offsets)
-        except (RecordFormatError, TypeError, ValueError) as e:
+            others = _put_offsets(keys, [raw[k] for k in keys], self._topics, offsets)
+        except (RecordFormatError, TypeError, ValueError, IndexError) as e:
             raise CorruptLogError(self._where, None, f"a record cannot be decoded ({e})") from e
         if others or set(offsets) != {group}:
             raise CorruptLogError(self._where, None, f"a pending offset of group {group!r} has a malformed key")
+        for k in keys:
+            del raw[k]
         return list(offsets[group].items())
 
     def _index(self) -> dict[str, list[bytes]]:
@@ -365,10 +374,19 @@ class RawOffsets:
         else:
             pop = raw.popitem
             items = [pop() for _ in range(limit)]
+        decoded: dict = {}
         try:
             with _gc_paused():
-                others = _put_offsets([k for k, _ in items], [v for _, v in items], self._topics, offsets)
-        except (RecordFormatError, TypeError, ValueError) as e:
+                others = _put_offsets([k for k, _ in items], [v for _, v in items], self._topics, decoded)
+            if others:
+                raise RecordFormatError(f"a pending offset has a key of type {others[0][0][0]}")
+        except (RecordFormatError, TypeError, ValueError, IndexError) as e:
+            raw.update(items)  # still pending: nothing was taken
             raise CorruptLogError(self._where, None, f"a record cannot be decoded ({e})") from e
-        if others:
-            raise CorruptLogError(self._where, None, f"a pending offset has a key of type {others[0][0][0]}")
+        for group, by_tp in decoded.items():
+            into = offsets.get(group)
+            if into is None:
+                offsets[group] = by_tp
+            else:
+                for tp, value in by_tp.items():
+                    into.setdefault(tp, value)

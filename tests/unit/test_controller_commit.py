@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from raygroups.actors.log_server import LogServer
 from raygroups.offsets_log.replica_state import partition_dir, read_replica_state
 from raygroups.placement.controller import Controller

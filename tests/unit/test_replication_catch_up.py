@@ -212,6 +212,24 @@ def test_leadership_lease_expires_without_confirmation(tmp_path):
     asyncio.run(scenario())
 
 
+def test_a_stepped_down_leader_catches_nobody_up_and_an_old_epochs_deposal_is_dropped(tmp_path):
+    """After ``stop_catch_up`` (the leader stepped down) no round starts a catch-up again; a catch-up that
+    met a follower fenced above the epoch it ran at deposes nobody once the leader holds a newer epoch."""
+    async def scenario():
+        leader_log, follower, rep = setup(tmp_path)
+        await rep.start()
+        rep._controller._obj.isr = ["L"]
+        rep.isr.clear()
+        rep._catch_up_deposed = (rep.epoch - 1, Deposed("F is fenced above an epoch this leader left"))
+        await rep.maintain(leader_log, run_io)  # the stale deposal is dropped; a catch-up starts
+        assert rep._catching_up is not None
+        rep.stop_catch_up()
+        await rep.maintain(leader_log, run_io)
+        assert rep._catching_up is None
+
+    asyncio.run(scenario())
+
+
 def test_a_new_leader_told_to_wait_asks_again_when_the_controller_said(tmp_path, monkeypatch):
     """While the previous leader's lease runs the controller answers "wait" with how long; the new leader
     sleeps that long (a hair more) rather than polling, and gets its epoch on the next ask."""
