@@ -82,6 +82,16 @@ def setup(tmp_path, controller_epoch=0):
     return leader_log, follower, replication
 
 
+async def follower_out_of_the_isr(tmp_path):
+    """A started leader whose follower F is out of the ISR (for the controller too)."""
+    leader_log, follower, rep = setup(tmp_path)
+    await rep.start()
+    controller = rep._controller._obj
+    controller.isr = ["L"]
+    rep.isr.clear()
+    return leader_log, follower, rep, controller
+
+
 def append_local(log, epoch, *offsets):
     batch = Batch(log.log_end_offset, epoch, 0, tuple(rec(o) for o in offsets))
     log.append(batch, epoch)
@@ -216,10 +226,7 @@ def test_a_stepped_down_leader_catches_nobody_up_and_an_old_epochs_deposal_is_dr
     """After ``stop_catch_up`` (the leader stepped down) no round starts a catch-up again; a catch-up that
     met a follower fenced above the epoch it ran at deposes nobody once the leader holds a newer epoch."""
     async def scenario():
-        leader_log, follower, rep = setup(tmp_path)
-        await rep.start()
-        rep._controller._obj.isr = ["L"]
-        rep.isr.clear()
+        leader_log, follower, rep, _ = await follower_out_of_the_isr(tmp_path)
         rep._catch_up_deposed = (rep.epoch - 1, Deposed("F is fenced above an epoch this leader left"))
         await rep.maintain(leader_log, run_io)  # the stale deposal is dropped; a catch-up starts
         assert rep._catching_up is not None
@@ -263,11 +270,7 @@ def test_a_hanging_follower_does_not_hold_back_the_lease_renewal(tmp_path):
     hangs; the lease is renewed in every round meanwhile, one catch-up runs at a time, and a catch-up that
     learns this leader was deposed makes the next round step down."""
     async def scenario():
-        leader_log, follower, rep = setup(tmp_path)
-        await rep.start()
-        controller = rep._controller._obj
-        controller.isr = ["L"]
-        rep.isr.clear()
+        leader_log, follower, rep, controller = await follower_out_of_the_isr(tmp_path)
         calls = []
         release = asyncio.Event()
 
@@ -297,11 +300,7 @@ def test_a_renewal_answered_before_an_isr_expansion_does_not_drop_the_follower(t
     answer predates that record must not drop the follower again (the controller would count it in sync
     while this leader acknowledged batches without it)."""
     async def scenario():
-        leader_log, follower, rep = setup(tmp_path)
-        await rep.start()
-        controller = rep._controller._obj
-        controller.isr = ["L"]
-        rep.isr.clear()
+        leader_log, follower, rep, controller = await follower_out_of_the_isr(tmp_path)
         recorded = asyncio.Event()
         real_expand = controller.expand_isr
 
