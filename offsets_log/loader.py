@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import hashlib
+import threading
 import time
 from dataclasses import dataclass
 
@@ -297,19 +298,20 @@ class RawOffsets:
     offset-commit records as the log holds them, encoded key -> decoded raw value, turned into objects a key
     at a time (``take``), a group at a time (``take_group``) or a slice at a time (``drain_into``).
 
-    A group is found by its keys' prefix, a scan of what is pending (about 70 ms per million keys here);
-    after ``GROUP_SCANS_BEFORE_INDEXING`` scans the keys are indexed by group once (every key decoded,
-    about 0.6 s per million) and each later group costs only its own keys. Both run on the caller's thread
-    (a shard's event loop), while the background materialization shrinks what is pending."""
+    A group is found by its keys' prefix, a scan of what is pending on the caller's thread (a shard's event
+    loop; about 70 ms per million keys here). After ``GROUP_SCANS_BEFORE_INDEXING`` scans, a thread indexes
+    a snapshot of the pending keys by group (every key decoded, about 0.6 s per million, off the caller's
+    thread but for the GIL, taken a chunk at a time); once it is done each group costs only its own keys."""
 
-    __slots__ = ("_raw", "_topics", "_where", "_scans", "_by_group")
+    __slots__ = ("_raw", "_topics", "_where", "_scans", "_by_group", "_indexer")
 
     def __init__(self, raw: dict, topics: dict, where: str) -> None:
         self._raw = raw
         self._topics = topics
         self._where = where
         self._scans = 0
-        self._by_group: dict[str, list[bytes]] | None = None
+        self._by_group: dict[str, list[bytes]] | None = None  # set, whole, by the indexing thread
+        self._indexer: threading.Thread | None = None
 
     def __len__(self) -> int:
         return len(self._raw)
@@ -331,14 +333,17 @@ class RawOffsets:
 
     def take_group(self, group: str) -> list:
         raw = self._raw
-        if self._by_group is None and self._scans >= GROUP_SCANS_BEFORE_INDEXING:
-            self._by_group = self._index()
-        if self._by_group is None:
+        by_group = self._by_group
+        if by_group is None:
             self._scans += 1
+            if self._scans > GROUP_SCANS_BEFORE_INDEXING and self._indexer is None:
+                self._indexer = threading.Thread(target=self._index, args=(list(raw),), daemon=True,
+                                                 name="pending-offsets-index")
+                self._indexer.start()
             prefix = offset_commit_key_prefix(group)
             keys = [k for k in raw if k.startswith(prefix)]
         else:  # keys taken or drained since the index was built are gone from ``raw``
-            keys = [k for k in self._by_group.pop(group, ()) if k in raw]
+            keys = [k for k in by_group.pop(group, ()) if k in raw]
         if not keys:
             return []
         offsets: dict = {}
@@ -352,19 +357,25 @@ class RawOffsets:
             del raw[k]
         return list(offsets[group].items())
 
-    def _index(self) -> dict[str, list[bytes]]:
+    def _index(self, keys: list[bytes]) -> None:
+        """The indexing thread: ``keys`` (a snapshot) by group; it reads nothing else. A key it cannot decode
+        leaves no index (the scans go on; the background materialization reports the record)."""
         by_group: dict[str, list[bytes]] = {}
-        keys = list(self._raw)
-        with _gc_paused():
+        try:
             for start in range(0, len(keys), INDEX_CHUNK_KEYS):
                 chunk = keys[start:start + INDEX_CHUNK_KEYS]
-                try:
-                    fields = msgpack.unpackb(b"\xdd" + len(chunk).to_bytes(4, "big") + b"".join(chunk), use_list=False)
-                    for key, f in zip(chunk, fields, strict=True):
-                        by_group.setdefault(f[1], []).append(key)
-                except (ValueError, TypeError, IndexError, msgpack.UnpackException) as e:
-                    raise CorruptLogError(self._where, None, f"a pending offset has a malformed key ({e})") from e
-        return by_group
+                fields = msgpack.unpackb(b"\xdd" + len(chunk).to_bytes(4, "big") + b"".join(chunk), use_list=False)
+                for key, f in zip(chunk, fields, strict=True):
+                    by_group.setdefault(f[1], []).append(key)
+        except (ValueError, TypeError, IndexError, msgpack.UnpackException):
+            return
+        self._by_group = by_group
+
+    def wait_indexed(self, timeout_s: float) -> bool:
+        """Whether the index is ready, waiting at most ``timeout_s`` for a thread building it."""
+        if self._indexer is not None:
+            self._indexer.join(timeout_s)
+        return self._by_group is not None
 
     def drain_into(self, offsets: dict, limit: int | None) -> None:
         raw = self._raw

@@ -92,9 +92,12 @@ def test_a_lazy_load_leaves_offsets_pending_until_needed(tmp_path):
 def test_a_lazily_loaded_group_is_found_by_scans_then_through_an_index(tmp_path):
     batches = make_batches([[new_offset_commit_record(f"g{i % 3}", "t", i, i, -1, "", 1) for i in range(9)]])
     state, _ = load(tmp_path / "p", batches, lazy=True)
+    pending = state._pending
     for _ in range(GROUP_SCANS_BEFORE_INDEXING):
         assert state.group_offsets("nobody") is None
-    assert sorted(state.group_offsets("g0")) == [("t", 0), ("t", 3), ("t", 6)]  # found through an index
+    assert not pending.wait_indexed(0)
+    assert sorted(state.group_offsets("g0")) == [("t", 0), ("t", 3), ("t", 6)]  # scanned; an index is started
+    assert pending.wait_indexed(30)
     assert state.offset("g1", "t", 4).offset == 4  # taken after the index was built: still taken once
     assert sorted(state.group_offsets("g1")) == [("t", 1), ("t", 4), ("t", 7)]
     assert state.pending_offsets == 3  # g2's
