@@ -80,11 +80,11 @@ def test_replicated_compaction_survives_a_leader_change_mid_run_and_a_node_kill(
 
     cluster, spark = env
     client = cluster.client()
-    for r in range(30):
-        for g in GROUPS:
-            response = client.commit_offsets(
-                group_id=g, offsets={("events", p): (r * 10 + p, f"r{r}") for p in range(4)}).result(60)
-            assert set(response.errors.values()) == {Errors.NONE}
+    for r in range(30):  # a round's commits travel together; rounds follow each other (later ones win)
+        futures = [client.commit_offsets(group_id=g, offsets={("events", p): (r * 10 + p, f"r{r}") for p in range(4)})
+                   for g in GROUPS]
+        for f in futures:
+            assert set(f.result(60).errors.values()) == {Errors.NONE}
     before = _fetch_all(client)
     spark_node = _spark_driver_node()
     p = _partition_led_elsewhere(cluster, spark_node)

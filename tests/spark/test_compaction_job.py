@@ -71,7 +71,7 @@ def _run_job(spark, store, partitions, *, retention, now_ms, batch_records, run_
     return refs, summaries, tombstones_dropped(keep, last), check_equivalence(spark, store.uri, refs, run_id)
 
 
-@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow])
 @given(parts=st.lists(partition_histories, min_size=1, max_size=8), retention=st.integers(0, 30),
        now_shift=st.integers(0, 40), batch_records=st.integers(1, 6))
