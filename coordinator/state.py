@@ -87,10 +87,7 @@ class DurableState:
         if pending is None:
             return 0
         pending.drain_into(self._offsets, limit)
-        left = len(pending)
-        if not left:
-            self._pending = None
-        return left
+        return self._left_pending()
 
     def offsets_for_key(self, group: str, topic: str, partition: int) -> dict[str, dict[TopicPartition, OffsetCommitValue]]:
         """The offsets by group, with this one key no longer pending (what ``replay_rules.apply`` changes)."""
@@ -99,8 +96,7 @@ class DurableState:
             value = pending.take(group, topic, partition)
             if value is not None:
                 self._offsets.setdefault(group, {})[(self.topics.setdefault(topic, topic), partition)] = value
-                if not len(pending):
-                    self._pending = None
+                self._left_pending()
         return self._offsets
 
     def group_offsets(self, group: str) -> dict[TopicPartition, OffsetCommitValue] | None:
@@ -112,9 +108,15 @@ class DurableState:
                 by_tp = self._offsets.setdefault(group, {})
                 for tp, value in taken:
                     by_tp.setdefault(tp, value)
-            if not len(pending):
-                self._pending = None
+                self._left_pending()
         return self._offsets.get(group)
+
+    def _left_pending(self) -> int:
+        """How many offsets stay pending; once none do, the pending store is let go."""
+        left = len(self._pending)
+        if not left:
+            self._pending = None
+        return left
 
     def offset_only_groups(self) -> list[str]:
         """The groups with offsets but no entry in ``groups`` (their metadata was deleted and the offsets

@@ -236,6 +236,14 @@ def _install_metadata(records: list, groups: dict) -> None:
             raise RecordFormatError(f"unknown record type {type_id}")
 
 
+def _decode_keys(keys: list[bytes]) -> tuple:
+    """Every key's fields in one call: the keys laid end to end behind one array header."""
+    fields = msgpack.unpackb(b"\xdd" + len(keys).to_bytes(4, "big") + b"".join(keys), use_list=False)
+    if len(fields) != len(keys):
+        raise RecordFormatError("a record key is not one msgpack value")
+    return fields
+
+
 def _put_offsets(keys: list, values: list, topics: dict, offsets: dict) -> list:
     """Decode ``keys`` (with their raw ``values``, no tombstones) and put every offset commit among them in
     ``offsets`` (an offset already there stays: it is newer); return the other records, ``(fields, value)``."""
@@ -245,10 +253,7 @@ def _put_offsets(keys: list, values: list, topics: dict, offsets: dict) -> list:
     new_value = tuple.__new__
     ocv = OffsetCommitValue
     oc_type = OFFSET_COMMIT_KEY_TYPE
-    # Every key decoded in one call: the keys laid end to end behind one array header.
-    all_fields = msgpack.unpackb(b"\xdd" + len(keys).to_bytes(4, "big") + b"".join(keys), use_list=False)
-    if len(all_fields) != len(keys):
-        raise RecordFormatError("a record key is not one msgpack value")
+    all_fields = _decode_keys(keys)
     # Objects that many offsets share are kept once: a topic's name (``state.topics``, which the live
     # write path uses too), a (topic, partition) that many groups commit (found through a dict that goes
     # with this call), and the commit timestamp of one commit request, one number for all its partitions
@@ -364,10 +369,9 @@ class RawOffsets:
         try:
             for start in range(0, len(keys), INDEX_CHUNK_KEYS):
                 chunk = keys[start:start + INDEX_CHUNK_KEYS]
-                fields = msgpack.unpackb(b"\xdd" + len(chunk).to_bytes(4, "big") + b"".join(chunk), use_list=False)
-                for key, f in zip(chunk, fields, strict=True):
+                for key, f in zip(chunk, _decode_keys(chunk), strict=True):
                     by_group.setdefault(f[1], []).append(key)
-        except (ValueError, TypeError, IndexError, msgpack.UnpackException):
+        except (RecordFormatError, ValueError, TypeError, IndexError, msgpack.UnpackException):
             return
         self._by_group = by_group
 
