@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 from raygroups.actors import log_compaction
@@ -38,6 +39,7 @@ from raygroups.offsets_log.replica_state import (
 
 log = logging.getLogger(__name__)
 _PARTITION_DIR_PREFIX = "__consumer_offsets-"
+MIN_TAIL_BYTES = 64 * 1024  # a standby's read of one partition, at least
 
 
 def ray_node_id() -> str | None:
@@ -71,6 +73,12 @@ class LogServer:
         self._states: dict[int, dict] = {}  # partition -> the latest partition state persisted here
         self._fenced: dict[int, int] = {}
         self._released: dict[int, int] = {}  # partition -> epoch it was released for
+        # Hot standbys (``actors.standby``): each open follower log has a token, replaced whenever the log
+        # loses or rewrites records (a truncation, a compaction swap); a standby that read under one token
+        # may go on from where it stopped only while the token holds. A released log's last token is kept,
+        # so that the shard taking it over knows whether a standby's state is this log's prefix.
+        self._tokens: dict[int, str] = {}
+        self._released_tokens: dict[int, str] = {}
         self._errors: dict[int, str] = {}  # partition -> why its persisted state could not be read
         self._io = ThreadPoolExecutor(1, thread_name_prefix="logserver-io")
         self._locks: dict[int, asyncio.Lock] = {}
@@ -141,7 +149,13 @@ class LogServer:
             log = open_log(partition_dir(self.node_dir, partition), segment_bytes=self._segment_bytes,
                            fsync_interval_ms=self._fsync_interval_ms)
             self._logs[partition] = log
+            self._tokens[partition] = uuid.uuid4().hex
         return log
+
+    def _forget_log(self, partition: int):
+        """Take ``partition``'s log out of service (the caller closes it); its token goes with it."""
+        self._tokens.pop(partition, None)
+        return self._logs.pop(partition, None)
 
     async def _run(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._io, fn, *args)
@@ -185,11 +199,15 @@ class LogServer:
             self._errors.pop(partition, None)
             if state["leader"] == self.node:
                 self._released[partition] = state["leader_epoch"]
-                plog = self._logs.pop(partition, None)
+                token = self._tokens.get(partition)
+                plog = self._forget_log(partition)
                 if plog is not None:
+                    # Before the close: the shard may open the log the moment its lock is free.
+                    self._released_tokens[partition] = token
                     await self._run(plog.close)
             else:
                 self._released.pop(partition, None)
+                self._released_tokens.pop(partition, None)
             return {"ok": True, "node": self.node, "partition_epoch": state["partition_epoch"]}
 
     async def update_topics(self, topics: dict[str, int], version: int) -> dict:
@@ -256,8 +274,14 @@ class LogServer:
         async with self._lock(partition):
             if leader_epoch < self._fenced.get(partition, -1):
                 return {"ok": False, "reason": "fenced"}
-            await self._run(lambda: self._log(partition).truncate_to(offset))
+            await self._run(self._truncate_sync, partition, offset)
             return {"ok": True, **await self._run(self._state_sync, partition)}
+
+    def _truncate_sync(self, partition: int, offset: int) -> None:
+        log = self._log(partition)
+        if offset < log.log_end_offset:
+            self._tokens[partition] = uuid.uuid4().hex  # records go: a standby of them is void
+        log.truncate_to(offset)
 
     async def end_offset_for_epoch(self, partition: int, epoch: int) -> tuple[int, int]:
         async with self._lock(partition):
@@ -298,11 +322,14 @@ class LogServer:
                     return {"ok": False, "reason": "fenced",
                             "detail": f"node {self.node} follows partition {partition} at leader epoch {current}, "
                                       f"not {leader_epoch}; nothing was swapped"}
+                plog = self._log(partition)
+                # Compacted segments replace what a standby may have read (whether the swap happens or not).
+                self._tokens[partition] = uuid.uuid4().hex
                 try:
-                    result = await self._run(log_compaction.swap_in, self._log(partition), outputs, paths, accepted)
+                    result = await self._run(log_compaction.swap_in, plog, outputs, paths, accepted)
                 except LogFailedError:
                     # Interrupted after its commit point: reopening the log (next use) finishes the swap.
-                    await self._run(self._logs.pop(partition).close)
+                    await self._run(self._forget_log(partition).close)
                     raise
             return {"ok": True, **result}
         except (log_compaction.CompactionRefused, LogError, OSError, ValueError) as e:
@@ -310,10 +337,55 @@ class LogServer:
         finally:
             log_compaction.discard_work(work)
 
+    # ------------------------------------------------------------------------------------------
+    # Hot standbys (the node's spare shard process keeps a replayed state of what this node follows)
+    # ------------------------------------------------------------------------------------------
+    async def tail(self, positions: dict[int, tuple[str, int]], max_bytes: int) -> dict:
+        """For a hot standby: every partition this node follows, with the CRC-checked batch payloads after
+        ``positions[p] = (token, offset)`` when ``token`` is the log's current one (else from the log's
+        start, under the current token), at most about ``max_bytes`` in all (at least a batch each while
+        any is new): ``{"partitions": {p: {"token", "from", "payloads", "end"}}, "released": {p: token}}``."""
+        followed = [p for p, st in sorted(self._states.items())
+                    if p not in self._released and p not in self._errors and self.node in st["replicas"]]
+        share = max(MIN_TAIL_BYTES, max_bytes // max(1, len(followed)))
+        partitions = {}
+        for p in followed:
+            token, offset = positions.get(p, (None, 0))
+            async with self._lock(p):
+                if p in self._released:
+                    continue
+                try:
+                    partitions[p] = await self._run(self._tail_sync, p, token, offset, share)
+                except (LogError, OSError) as e:
+                    log.warning("node %s: no standby read of partition %d: %s", self.node, p, e)
+        released = {p: t for p, t in self._released_tokens.items() if p in self._released}
+        return {"partitions": partitions, "released": released}
+
+    def _tail_sync(self, partition: int, token: str | None, offset: int, max_bytes: int) -> dict:
+        log = self._log(partition)
+        current = self._tokens[partition]
+        end = log.log_end_offset
+        if token != current or not log.log_start_offset <= offset <= end:
+            offset = log.log_start_offset
+        payloads: list[bytes] = []
+        total = 0
+        if offset < end:
+            for _path, _pos, payload in log.raw_payloads(offset):
+                if payloads and total + len(payload) > max_bytes:
+                    break
+                payloads.append(bytes(payload))
+                total += len(payload)
+        return {"token": current, "from": offset, "payloads": payloads, "end": end}
+
+    async def released_token(self, partition: int) -> str | None:
+        """The token of ``partition``'s log when this server released it to this node's shard (None if it
+        is not released, or was released by another instance of this server)."""
+        return self._released_tokens.get(partition) if partition in self._released else None
+
     async def ping(self) -> str:
         return self.node
 
     async def close(self) -> None:
         for p in list(self._logs):
-            log = self._logs.pop(p)
+            log = self._forget_log(p)
             await self._run(log.close)

@@ -32,6 +32,7 @@ from raygroups.actors.log_server import ray_actor_id, ray_node_id
 from raygroups.actors.metrics import METRICS_INTERVAL_S, ShardMetrics
 from raygroups.actors.partition_writer import AppendFailed, LocalWriter, PartitionWriter, ReplicatedWriter
 from raygroups.actors.replication import LeaderReplication, maintenance_interval_s
+from raygroups.actors.standby import Standby, standby_matches
 from raygroups.actors.timers import AsyncioTimers, WallClock
 from raygroups.coordinator.api import dispatch, error_response, validate_request
 from raygroups.coordinator.config import CoordinatorConfig
@@ -41,13 +42,14 @@ from raygroups.coordinator.runtime import CoordinatorRuntime, PartitionState
 from raygroups.coordinator.state import DurableState
 from raygroups.offsets_log import CorruptLogError, LogLockedError, open_log, replay
 from raygroups.offsets_log.batch import epoch_runs, records_below
-from raygroups.offsets_log.loader import state_digest
+from raygroups.offsets_log.loader import LoadSummary, gc_paused, state_digest
 
 log = logging.getLogger(__name__)
 _IMPORTED_AT = time.time()
 LOCK_WAIT_S = 30.0
 FOLLOWER_SWAP_TIMEOUT_S = 120.0
 MATERIALIZE_SLICE = 4_000  # pending offsets turned into objects per event-loop turn after a lazy load
+STANDBY_CALL_TIMEOUT_S = 10.0
 
 
 def partition_dir(data_dir: str, partition: int) -> str:
@@ -81,10 +83,22 @@ class CoordinatorShard:
         self._started = False
         self._timeline: dict[str, float] = {"process_started": _process_start_time(), "module_imported": _IMPORTED_AT,
                                             "constructed": time.time()}
+        self._standby: Standby | None = None
         if partition is None:
             partition = self._spare_binding()
         if partition is not None:
             self._setup(partition, *self._spare_args)
+        elif replicated and directory is not None and node is not None and \
+                CoordinatorConfig.from_properties(config).shard_standby_enable:
+            # A spare of a replicated node: keep the node's followed partitions replayed (``actors.standby``).
+            self._standby = Standby(self._tail_log_server, name=f"standby-{node}")
+            self._standby.start()
+
+    def _tail_log_server(self, positions: dict, max_bytes: int) -> dict:
+        import ray
+
+        server = self._spare_directory.log_server(self._spare_args[-1])
+        return ray.get(server.tail.remote(positions, max_bytes), timeout=STANDBY_CALL_TIMEOUT_S)
 
     def _spare_binding(self) -> int | None:
         return None if self._spare_directory is None else self._spare_directory.spare_binding()
@@ -125,6 +139,8 @@ class CoordinatorShard:
         self._replicated = replicated
         self._node = node  # the stable name of the node this shard runs on (replicated deployments)
         self._writer: PartitionWriter = LocalWriter(partition)  # a ReplicatedWriter replaces it at load
+        self._standby_tailed: int | None = None
+        self._standby_refused: str | None = None
 
     # ------------------------------------------------------------------------------------------
     # Loading
@@ -185,7 +201,9 @@ class CoordinatorShard:
             mark("log_opened", time.time())
             # Lazily: the surviving offsets stay as the log's records until the background turns them into
             # objects (or a request needs one), so the shard serves once the log is read.
-            self._load_summary = await loop.run_in_executor(self._io, replay, plog, ctx.shard.state, True)
+            self._load_summary = await self._replay_standby(plog, ctx.shard.state)
+            if self._load_summary is None:
+                self._load_summary = await loop.run_in_executor(self._io, replay, plog, ctx.shard.state, True)
             self._metrics.on_load(self._load_summary)
             mark("replayed", time.time())
             await self._writer.loaded(plog, self._run_io)
@@ -203,6 +221,45 @@ class CoordinatorShard:
             self._runtime.fail_load(ctx)
         finally:
             self._loaded.set_result(None)
+
+    async def _replay_standby(self, plog, state: DurableState) -> LoadSummary | None:
+        """A promoted spare: this partition's hot standby, continued to the log's end and installed in
+        ``state`` (the load's summary), or None when there is none or it does not continue this log (the
+        caller replays the whole log; ``status()`` says why)."""
+        standby, self._standby = self._standby, None
+        if standby is None:
+            return None
+        loop = asyncio.get_running_loop()
+        follow = await loop.run_in_executor(self._io, standby.take, self.partition)
+        if follow is None:
+            self._standby_refused = "no standby of this partition"
+            return None
+        try:
+            released = await asyncio.wait_for(
+                self._directory.log_server(self._node).released_token.remote(self.partition), STANDBY_CALL_TIMEOUT_S)
+        except Exception as e:  # noqa: BLE001 - no answer: the log is replayed as without a standby
+            released = None
+            log.warning("shard %d: the log server did not say which log it released: %s", self.partition, e)
+        why = standby_matches(follow, released, plog)
+        if why is not None:
+            self._standby_refused = why
+            log.info("shard %d: standby not used: %s", self.partition, why)
+            return None
+
+        def finish() -> LoadSummary:
+            start = time.perf_counter()
+            replayer = follow.replayer
+            read = replayer.records
+            with gc_paused():
+                replayer.feed(plog.raw_payloads(replayer.next_offset), skip_applied=True)
+                replayer.install(state)
+            self._standby_tailed = replayer.records - read
+            return LoadSummary(records=replayer.records, bytes=replayer.bytes,
+                               seconds=time.perf_counter() - start, bytes_dropped=plog.bytes_dropped)
+
+        summary = await loop.run_in_executor(self._io, finish)
+        self._timeline["standby_promoted"] = time.time()
+        return summary
 
     async def _materialize_offsets(self, state: DurableState) -> None:
         """Turn the offsets the load left pending into objects, a slice per event-loop turn (a slice takes
@@ -491,6 +548,10 @@ class CoordinatorShard:
             "load_seconds": None if summary is None else summary.seconds,
             "load_bytes_dropped": None if summary is None else summary.bytes_dropped,
             "load_error": self._load_error,
+            # A promoted spare: the records its standby had not read (replayed at promotion), or why the
+            # standby was not used.
+            "standby_tailed": self._standby_tailed,
+            "standby_refused": self._standby_refused,
             "pending_offsets": 0 if self._ctx.shard is None else self._ctx.shard.state.pending_offsets,
             "groups": 0 if self._ctx.shard is None else len(self._ctx.shard.groups),
             "groups_by_state": {} if self._ctx.shard is None else dict(
@@ -521,6 +582,8 @@ class CoordinatorShard:
     async def close(self) -> None:
         """Unload the partition (parked requests get NOT_COORDINATOR) and release its log."""
         if self.partition is None:
+            if self._standby is not None:
+                self._standby.stop()
             return
         if self._started:
             await self._loaded

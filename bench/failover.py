@@ -106,8 +106,16 @@ def _failover_once(cluster, partition: int, group: str) -> dict:
             "detection_s": None if detection is None else round(detection, 3),
             "election_s": None if election is None else round(election, 3),
             "replay_s": round(replay_s, 3), "rediscovery_and_rest_s": round(rediscovery, 3),
-            "new_shard": "adopted spare" if "adopted" in timeline else "new process", **steps,
+            "new_shard": _new_shard(timeline), **steps,
+            # A promoted hot standby replays only the records it had not read yet.
+            "standby_tailed_records": status.get("standby_tailed"), "standby_refused": status.get("standby_refused"),
             "new_epoch": status.get("leader_epoch"), "victim": victim}
+
+
+def _new_shard(timeline: dict) -> str:
+    if "standby_promoted" in timeline:
+        return "promoted standby"
+    return "adopted spare" if "adopted" in timeline else "new process"
 
 
 def _throughput(cluster, duration_s: float) -> float:

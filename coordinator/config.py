@@ -50,6 +50,7 @@ _PROPERTIES: dict[str, _Prop] = {
     "client.linger.ms": _Prop("client_linger_ms", 0, 1_000),
     "client.max.batch.requests": _Prop("client_max_batch_requests", 1, 1_000),
     "shard.session.timeout.ms": _Prop("shard_session_timeout_ms", 500, 300_000),
+    "shard.standby.enable": _Prop("shard_standby_enable", 0, 1, boolean=True),
 }
 
 
@@ -102,6 +103,11 @@ class CoordinatorConfig:
     # after a failover serves nothing stale. Lower: faster failover, but a leader that stalls this long
     # under load (GC, a starved core, a slow fsync) is failed over although it was alive.
     shard_session_timeout_ms: int = 3_000
+    # Hot standbys (replicated deployments; not Kafka's): each node's spare shard process keeps the replayed
+    # state of every partition the node follows, so that a failover onto the node replays only what the
+    # standby had not read yet instead of the whole log. Costs the spare that state's memory (about what
+    # the leader holds, per followed partition) and a read of the node's replicas every 0.25 s.
+    shard_standby_enable: bool = True
 
     def __post_init__(self) -> None:
         for name, prop in _PROPERTIES.items():

@@ -68,7 +68,7 @@ def replay(log, state: DurableState, lazy: bool = False) -> LoadSummary:
     if raw_payloads is None or state.offsets or state.groups:
         n, nbytes = _replay_sequential(log, state)
     else:
-        with _gc_paused():
+        with gc_paused():
             n, nbytes = _replay_fast(raw_payloads(0), state, str(getattr(log, "directory", "?")), lazy=lazy)
     return LoadSummary(
         records=n,
@@ -79,7 +79,7 @@ def replay(log, state: DurableState, lazy: bool = False) -> LoadSummary:
 
 
 @contextlib.contextmanager
-def _gc_paused():
+def gc_paused():
     """The loader allocates millions of small tuples and frees none: the cyclic GC would rescan them again
     and again for nothing (there are no cycles here)."""
     was_enabled = gc.isenabled()
@@ -125,55 +125,107 @@ def state_digest(state: DurableState) -> str:
 
 def _replay_fast(payloads, state: DurableState, where: str, start_offset: int = 0,
                  lazy: bool = False) -> tuple[int, int]:
-    unpackb = msgpack.unpackb
-    last: dict = {}
-    presence = GroupPresence()
-    with_values: set = set()  # lazy: the groups of every tombstone-free batch's header
-    headers = with_values.update if lazy else None
-    n = 0
-    nbytes = 0
-    expected = start_offset
-    for path, pos, payload in payloads:
-        try:
-            p = unpackb(payload, use_list=False)
-            if type(p) is not tuple or p[0] != FORMAT:
-                raise RecordFormatError("not a format-1 batch payload")
-            flat = p[7]
-            count = p[4]
-            if len(p) == 8:
-                span = count
-            elif len(p) == 10:  # compacted: may skip offsets inside its span
-                span = p[9] + 1
-            else:
-                raise RecordFormatError("not a format-1 batch payload")
-            if len(flat) != 2 * count:
-                raise RecordFormatError(f"batch claims {count} records but carries {len(flat) // 2}")
-        except Exception as e:
-            raise CorruptLogError(path, pos, f"batch passes its CRC but cannot be decoded ({e})") from e
-        if p[1] != expected:
-            raise CorruptLogError(path, pos, f"batch starts at offset {p[1]}, expected {expected}")
-        if p[5] & FLAG_TOMBSTONES:
+    replayer = Replayer(where, start_offset, lazy=lazy)
+    replayer.feed(payloads)
+    replayer.install(state)
+    return replayer.records, replayer.bytes
+
+
+class Replayer:
+    """The fast replay, fed CRC-checked payloads in log order from ``start_offset`` in as many calls as
+    the caller likes, then installed into an empty state once (``install``): the same result as feeding
+    them all at once. A hot standby (``actors.standby``) feeds a follower's log as it grows and installs at
+    promotion; with ``standby=True`` it also keeps the keys that are not offset commits aside and drops
+    deleted keys as it goes, so that the install does not scan every key."""
+
+    def __init__(self, where: str, start_offset: int = 0, *, lazy: bool = False, standby: bool = False) -> None:
+        self.where = where
+        self.next_offset = start_offset  # where the next batch must start
+        self.last_epoch: int | None = None  # the leader epoch of the last batch fed
+        self.records = 0
+        self.bytes = 0
+        self._last: dict = {}
+        self._presence = GroupPresence()
+        self._with_values: set | None = set() if lazy else None  # lazy: the groups of every tombstone-free header
+        self._others: set | None = set() if standby else None  # standby: keys that are not offset commits
+        self._installed = False
+
+    def feed(self, payloads, *, skip_applied: bool = False) -> None:
+        """Apply ``(path, position, payload)`` in log order. ``skip_applied``: batches that end before
+        ``next_offset`` are passed over (a read from a sparse index position starts before it)."""
+        if self._installed:
+            raise RuntimeError("this replayer has been installed")
+        unpackb = msgpack.unpackb
+        last = self._last
+        presence = self._presence
+        headers = None if self._with_values is None else self._with_values.update
+        others = self._others
+        n = self.records
+        expected = self.next_offset
+        for path, pos, payload in payloads:
             try:
-                _replay_batch_in_order(flat, last, presence, n)
-            except (RecordFormatError, ValueError) as e:
-                raise CorruptLogError(path, pos, str(e)) from e
-        else:
-            presence.observe_values(p[6], n)
-            if headers is not None:
-                headers(p[6])
-            it = iter(flat)
-            last.update(zip(it, it, strict=False))
-        expected += span
-        n += count
-        nbytes += len(payload) + 8
-    try:
-        if lazy:
-            _install_lazy(last, presence, with_values, state, where)
-        else:
-            _install(last, presence, state)
-    except (RecordFormatError, TypeError, ValueError, IndexError) as e:
-        raise CorruptLogError(where, None, f"a record cannot be decoded ({e})") from e
-    return n, nbytes
+                p = unpackb(payload, use_list=False)
+                if type(p) is not tuple or p[0] != FORMAT:
+                    raise RecordFormatError("not a format-1 batch payload")
+                flat = p[7]
+                count = p[4]
+                if len(p) == 8:
+                    span = count
+                elif len(p) == 10:  # compacted: may skip offsets inside its span
+                    span = p[9] + 1
+                else:
+                    raise RecordFormatError("not a format-1 batch payload")
+                if len(flat) != 2 * count:
+                    raise RecordFormatError(f"batch claims {count} records but carries {len(flat) // 2}")
+            except Exception as e:
+                raise CorruptLogError(path, pos, f"batch passes its CRC but cannot be decoded ({e})") from e
+            if p[1] != expected:
+                if skip_applied and type(p[1]) is int and p[1] + span <= expected:
+                    continue
+                raise CorruptLogError(path, pos, f"batch starts at offset {p[1]}, expected {expected}")
+            if p[5] & FLAG_TOMBSTONES:
+                try:
+                    _replay_batch_in_order(flat, last, presence, n)
+                except (RecordFormatError, ValueError) as e:
+                    raise CorruptLogError(path, pos, str(e)) from e
+            else:
+                presence.observe_values(p[6], n)
+                if headers is not None:
+                    headers(p[6])
+                it = iter(flat)
+                last.update(zip(it, it, strict=False))
+            if others is not None:
+                _set_aside(flat, last, others)
+            expected += span
+            n += count
+            self.bytes += len(payload) + 8
+            self.records = n
+            self.next_offset = expected
+            self.last_epoch = p[2]
+
+    def install(self, state: DurableState) -> None:
+        """Put what was fed into ``state`` (empty): lazily (pending offsets) if made ``lazy``."""
+        if self._installed:
+            raise RuntimeError("this replayer has been installed")
+        self._installed = True
+        try:
+            if self._with_values is not None:
+                _install_lazy(self._last, self._presence, self._with_values, state, self.where, self._others)
+            else:
+                _install(self._last, self._presence, state)
+        except (RecordFormatError, TypeError, ValueError, IndexError) as e:
+            raise CorruptLogError(self.where, None, f"a record cannot be decoded ({e})") from e
+
+
+def _set_aside(flat: tuple, last: dict, others: set) -> None:
+    """Standby bookkeeping for one batch: its keys that are not offset commits go to ``others``, and its
+    tombstones leave ``last`` (a deleted key and an absent one replay alike)."""
+    for i in range(0, len(flat), 2):
+        kb = flat[i]
+        if type(kb) is not bytes or len(kb) < 2 or kb[0] != 0x94 or kb[1] != OFFSET_COMMIT_KEY_TYPE:
+            others.add(kb)
+        if flat[i + 1] is None and last.get(kb) is None:  # deleted by this batch (not re-created after)
+            last.pop(kb, None)
 
 
 def _replay_batch_in_order(flat: tuple, last: dict, presence: GroupPresence, position: int) -> None:
@@ -199,13 +251,18 @@ def _install(last: dict, presence: GroupPresence, state: DurableState) -> None:
     _add_simple_groups(presence, state.groups)
 
 
-def _install_lazy(last: dict, presence: GroupPresence, with_values: set, state: DurableState, where: str) -> None:
+def _install_lazy(last: dict, presence: GroupPresence, with_values: set, state: DurableState, where: str,
+                  set_aside: set | None = None) -> None:
     """The survivors that are offset commits stay as they are (key bytes -> decoded raw value) and become
     ``state``'s pending offsets; only group metadata, and the offsets of groups whose metadata was deleted
-    and that are absent (which ``offset_only_groups`` must see), are decoded now."""
-    others = [k for k in last if k[0] != 0x94 or k[1] != OFFSET_COMMIT_KEY_TYPE]  # keys not of an offset
+    and that are absent (which ``offset_only_groups`` must see), are decoded now. ``set_aside``: the keys
+    that are not offset commits, known already (and ``last`` holds no tombstone)."""
+    if set_aside is None:
+        others = [k for k in last if k[0] != 0x94 or k[1] != OFFSET_COMMIT_KEY_TYPE]  # keys not of an offset
+    else:
+        others = [k for k in set_aside if k in last]
     eager = {k: last.pop(k) for k in others}
-    if None in last.values():  # offsets deleted by tombstones
+    if set_aside is None and None in last.values():  # offsets deleted by tombstones
         last = {k: v for k, v in last.items() if v is not None}
     keys = [k for k, v in eager.items() if v is not None]
     _install_metadata(_put_offsets(keys, [eager[k] for k in keys], state.topics, state.offsets), state.groups)
@@ -391,7 +448,7 @@ class RawOffsets:
             items = [pop() for _ in range(limit)]
         decoded: dict = {}
         try:
-            with _gc_paused():
+            with gc_paused():
                 others = _put_offsets([k for k, _ in items], [v for _, v in items], self._topics, decoded)
             if others:
                 raise RecordFormatError(f"a pending offset has a key of type {others[0][0][0]}")

@@ -23,7 +23,7 @@ from raygroups.coordinator.records import (
 )
 from raygroups.coordinator.state import DurableState
 from raygroups.offsets_log import CorruptLogError, InMemoryLog, LoadSummary, open_log, replay
-from raygroups.offsets_log.loader import GROUP_SCANS_BEFORE_INDEXING
+from raygroups.offsets_log.loader import GROUP_SCANS_BEFORE_INDEXING, Replayer
 
 NO_FSYNC = {"fsync_for_testing": lambda fd: None}
 PROPS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -217,3 +217,33 @@ def test_loaded_offsets_share_topic_partitions_and_commit_timestamps(tmp_path):
     key, value = oc("c", "orders", 7, 5, -1, "", ts_b)
     state.replay(key, value)
     assert next(iter(state.offsets["c"]))[0] is next(iter(a))[0]
+
+
+@PROPS
+@given(recs=st.one_of(record_lists, histories, narrow_histories, offsets_only_histories),
+       cuts=st.lists(st.integers(0, 30), max_size=4), resend=st.integers(0, 3))
+def test_a_replayer_fed_in_pieces_as_a_standby_equals_sequential_replay(tmp_path_factory, recs, cuts, resend):
+    """What a hot standby does: the log's payloads fed in pieces (each piece re-sending up to ``resend``
+    batches it already fed, as a read from a sparse index position does), installed lazily once: the
+    state of sequential replay, groups exact before any offset is materialized."""
+    batches = make_batches(recs)
+    with open_log(tmp_path_factory.mktemp("p"), segment_bytes=2048, **NO_FSYNC) as log:
+        append_all(log, batches)
+        payloads = list(log.raw_payloads(0))
+    replayer = Replayer("standby", 0, lazy=True, standby=True)
+    start = 0
+    for cut in sorted({min(c, len(payloads)) for c in cuts} | {len(payloads)}):
+        replayer.feed(payloads[max(0, start - resend):cut], skip_applied=True)
+        start = max(start, cut)
+        assert replayer.next_offset == (batches[start - 1].next_offset if start else 0)
+    if batches:
+        assert replayer.last_epoch == batches[-1].leader_epoch
+    state = DurableState()
+    replayer.install(state)
+    expected = sequential_state(batches)
+    assert state.groups == expected.groups
+    assert sorted(state.offset_only_groups()) == sorted(expected.offset_only_groups())
+    assert state == expected
+    assert replayer.records == sum(len(b.records) for b in batches)
+    with pytest.raises(RuntimeError, match="installed"):
+        replayer.feed(payloads)

@@ -65,8 +65,9 @@ def test_leader_node_loss(cluster, graceful):
 
 
 def test_paused_leader_shard_is_fenced_and_replaced_by_the_successors_spare(cluster):
-    """The new leader's shard is the spare process its node kept running (no process to start), and that
-    node gets a new spare for the next failover."""
+    """The new leader's shard is the spare process its node kept running (no process to start), which
+    continues the hot standby it kept of the partition (no whole-log replay), and that node gets a new
+    spare for the next failover."""
     with Workload(cluster, "pause") as work:
         wait_for(lambda: work.progressed({}), what="commits before the fault")
         p = partition_for(work.stable, cluster.num_partitions)
@@ -92,6 +93,8 @@ def test_paused_leader_shard_is_fenced_and_replaced_by_the_successors_spare(clus
     timeline = adopted["start_timeline"]
     assert "adopted" in timeline, (followers, adopted, events)
     assert timeline["process_started"] < timeline["adopted"] - 1, timeline  # running before the failover
+    assert adopted["standby_refused"] is None and adopted["standby_tailed"] is not None, adopted
+    assert "standby_promoted" in timeline, timeline
     wait_for(lambda: _running_spare(cluster, adopted["node"]), what="a new spare on the new leader's node")
     work.check_invariants()
     check_one_shard_per_partition(cluster)

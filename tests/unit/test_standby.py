@@ -1,0 +1,196 @@
+"""Hot standbys (``actors.standby``) against the real ``LogServer`` and real file logs, in-process (no
+Ray): a standby that read a follower's log in pieces, promoted when the log is released to this node,
+continues it to the end and gives the state a full replay gives; a truncation or a compaction swap makes
+it start over; a rewrite it did not see, a restarted log server or another leader epoch at its position
+makes the promotion replay the whole log instead."""
+
+from __future__ import annotations
+
+import asyncio
+
+from raygroups.actors.log_compaction import accepted_versions
+from raygroups.actors.log_server import LogServer
+from raygroups.actors.standby import Follow, Standby, epoch_at, standby_matches
+from raygroups.compaction.job import staging_dir
+from raygroups.coordinator.records import (
+    new_empty_group_metadata_record,
+    new_group_metadata_tombstone_record,
+    new_offset_commit_record,
+    new_offset_commit_tombstone_record,
+)
+from raygroups.coordinator.state import DurableState
+from raygroups.offsets_log import Batch, open_log, replay
+from raygroups.offsets_log.loader import Replayer
+from raygroups.offsets_log.replica_state import partition_dir
+
+from tests.unit.test_follower_compaction import _compact_leader, _setup
+
+SEGMENT_BYTES = 2048
+
+
+def _state(leader: str, epoch: int, partition_epoch: int) -> dict:
+    return {"replicas": ["L", "F"], "leader": leader, "leader_epoch": epoch, "isr": ["L", "F"],
+            "partition_epoch": partition_epoch}
+
+
+def _records(i: int) -> tuple:
+    """Commits of three groups, with now and then a deleted offset, an empty group's metadata and a
+    deleted group."""
+    group = f"g{i % 3}"
+    recs = [new_offset_commit_record(group, "t", i % 4, i, -1, "m", 1_000 + i)]
+    if i % 5 == 4:
+        recs.append(new_offset_commit_tombstone_record(group, "t", (i + 1) % 4))
+    if i % 7 == 0:
+        recs.append(new_empty_group_metadata_record(group, 1_000 + i))
+    if i % 11 == 10:
+        recs.append(new_group_metadata_tombstone_record(f"g{(i + 1) % 3}"))
+    return tuple(recs)
+
+
+class FollowerNode:
+    """Node F: its LogServer following partition 0 (leader L), and a standby reading through ``tail``."""
+
+    def __init__(self, server: LogServer, loop) -> None:
+        self.server = server
+        self.standby = Standby(
+            lambda positions, max_bytes: asyncio.run_coroutine_threadsafe(
+                server.tail(positions, max_bytes), loop).result(10))
+
+    async def poll(self) -> int:
+        return await asyncio.to_thread(self.standby.poll)
+
+    async def append(self, first: int, n: int, epoch: int) -> None:
+        end = (await self.server.state(0))["log_end_offset"]
+        for i in range(first, first + n):
+            batch = Batch(end, epoch, 1_000 + i, _records(i))
+            assert (await self.server.append(0, [batch], epoch))["ok"]
+            end = batch.next_offset
+
+    async def promote(self, epoch: int, partition_epoch: int):
+        """Leadership moves to F: the server releases the log, the standby is taken, the log opened as the
+        promoted shard does. Returns ``(follow, released token, log)``."""
+        assert (await self.server.update_partition(0, _state("F", epoch, partition_epoch)))["ok"]
+        follow = self.standby.take(0)
+        released = await self.server.released_token(0)
+        plog = open_log(partition_dir(self.server.node_dir, 0), segment_bytes=SEGMENT_BYTES)
+        return follow, released, plog
+
+
+def _finish(follow: Follow, plog) -> tuple[DurableState, int]:
+    """The promoted shard's side: the log after the standby's position fed, installed lazily."""
+    replayer = follow.replayer
+    read = replayer.records
+    replayer.feed(plog.raw_payloads(replayer.next_offset), skip_applied=True)
+    state = DurableState()
+    replayer.install(state)
+    return state, replayer.records - read
+
+
+def _full_replay(plog) -> DurableState:
+    state = DurableState()
+    replay(plog, state)
+    return state
+
+
+async def _node(tmp_path) -> FollowerNode:
+    server = LogServer("F", str(tmp_path / "F"), SEGMENT_BYTES, None)
+    assert (await server.update_partition(0, _state("L", 1, 1)))["ok"]
+    return FollowerNode(server, asyncio.get_running_loop())
+
+
+def test_a_promoted_standby_continues_the_log_and_equals_a_full_replay(tmp_path):
+    async def scenario():
+        node = await _node(tmp_path)
+        await node.append(0, 40, 1)
+        assert await node.poll() > 0
+        await node.append(40, 40, 1)
+        await node.poll()
+        await node.poll()  # nothing new: nothing fed
+        assert await node.poll() == 0
+        read_to = node.standby.status()[0]["next_offset"]
+        await node.append(80, 25, 1)  # never read by the standby: the promotion replays it
+        follow, released, plog = await node.promote(2, 2)
+        with plog:
+            assert released == follow.token and standby_matches(follow, released, plog) is None
+            assert follow.replayer.next_offset == read_to < plog.log_end_offset
+            state, tailed = _finish(follow, plog)
+            assert tailed == sum(len(_records(i)) for i in range(80, 105))
+            assert state.pending_offsets > 0  # lazily installed, as a load
+            assert state == _full_replay(plog)
+        assert node.standby.status() == {}  # taken: the spare keeps nothing else
+
+    asyncio.run(scenario())
+
+
+def test_a_truncation_makes_the_standby_start_over_and_a_rewrite_it_missed_refuses_it(tmp_path):
+    async def scenario():
+        node = await _node(tmp_path)
+        await node.append(0, 30, 1)
+        await node.poll()
+        token = node.standby._follows[0].token
+        # Leader-epoch truncation (a new leader whose log ends earlier), then that leader's batches.
+        cut = sum(len(_records(i)) for i in range(20))  # the end of the 20th batch
+        assert (await node.server.truncate_to(0, cut, 2))["ok"]
+        await node.append(100, 10, 2)
+        await node.poll()
+        follow = node.standby._follows[0]
+        assert follow.token != token and follow.replayer.next_offset == (await node.server.state(0))["log_end_offset"]
+        # A second truncation the standby does not read before the promotion: the shard replays the log.
+        assert (await node.server.truncate_to(0, cut, 3))["ok"]
+        await node.append(200, 5, 3)
+        follow, released, plog = await node.promote(4, 4)
+        with plog:
+            assert "rewritten" in standby_matches(follow, released, plog)
+
+    asyncio.run(scenario())
+
+
+def test_a_restarted_log_server_or_another_epoch_at_the_position_refuses_the_standby(tmp_path):
+    async def scenario():
+        node = await _node(tmp_path)
+        await node.append(0, 12, 1)
+        await node.poll()
+        await node.server.close()
+        # Another instance of the server (a restart) releases a log it never opened: no token to match.
+        node.server = LogServer("F", str(tmp_path / "F"), SEGMENT_BYTES, None)
+        follow, released, plog = await node.promote(2, 2)
+        with plog:
+            assert released is None and "no token" in standby_matches(follow, released, plog)
+            # The same offsets under another leader epoch (Kafka's log matching says: another log).
+            other = Replayer("x", 0, lazy=True, standby=True)
+            other.feed(plog.raw_payloads(0))
+            other.last_epoch = 7
+            assert "leader epoch 7" in standby_matches(Follow(0, "t", other), "t", plog)
+            assert epoch_at(plog.epoch_entries, plog.log_end_offset - 1) == 1
+            assert epoch_at([(1, 0), (3, 10)], 9) == 1 and epoch_at([(1, 0), (3, 10)], 10) == 3
+            assert epoch_at([(1, 5)], 4) is None
+
+    asyncio.run(scenario())
+
+
+def test_a_compaction_swap_makes_the_standby_start_over_from_the_compacted_log(tmp_path):
+    async def scenario():
+        leader_log, follower, rep, store = await _setup(tmp_path, 120)
+        node = FollowerNode(follower, asyncio.get_running_loop())
+        await node.poll()
+        token = node.standby._follows[0].token
+        up, outputs = _compact_leader(leader_log, store, "A", tmp_path / "a")
+        answers = await rep.swap_followers(store.uri, staging_dir(0, "A"), outputs,
+                                           accepted_versions(up["segments"]), 10)
+        assert answers["F"]["ok"] and answers["F"]["swapped"] > 0
+        while await node.poll():
+            pass
+        follow = node.standby._follows[0]
+        assert follow.token != token
+        assert follow.replayer.records < 120  # it read the compacted log from its start
+        assert (await follower.update_partition(0, {"replicas": ["L", "F"], "leader": "F",
+                                                    "leader_epoch": rep.epoch + 1, "isr": ["L", "F"],
+                                                    "partition_epoch": 2}))["ok"]
+        follow = node.standby.take(0)
+        released = await follower.released_token(0)
+        with open_log(partition_dir(follower.node_dir, 0), segment_bytes=1024) as plog:
+            assert standby_matches(follow, released, plog) is None
+            state, tailed = _finish(follow, plog)
+            assert tailed == 0 and state == _full_replay(plog) == _full_replay(leader_log)
+
+    asyncio.run(scenario())
