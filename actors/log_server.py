@@ -343,10 +343,10 @@ class LogServer:
     async def tail(self, positions: dict[int, tuple[str, int]], max_bytes: int) -> dict:
         """For a hot standby: every partition this node follows, with the CRC-checked batch payloads after
         ``positions[p] = (token, offset)`` when ``token`` is the log's current one (else from the log's
-        start, under the current token), at most about ``max_bytes`` in all (at least a batch each while
+        start, under the current token; offset None: nothing while the token holds), at most about ``max_bytes`` in all (at least a batch each while
         any is new): ``{"partitions": {p: {"token", "from", "payloads", "end"}}, "released": {p: token}}``."""
-        followed = [p for p, st in sorted(self._states.items())
-                    if p not in self._released and p not in self._errors and self.node in st["replicas"]]
+        followed = [p for p, st in sorted(self._states.items()) if p not in self._released and
+                    p not in self._errors and self.node in st["replicas"] and st["leader"] != self.node]
         share = max(MIN_TAIL_BYTES, max_bytes // max(1, len(followed)))
         partitions = {}
         for p in followed:
@@ -357,7 +357,7 @@ class LogServer:
                 try:
                     partitions[p] = await self._run(self._tail_sync, p, token, offset, share)
                 except (LogError, OSError) as e:
-                    log.warning("node %s: no standby read of partition %d: %s", self.node, p, e)
+                    log.debug("node %s: no standby read of partition %d: %s", self.node, p, e)
         released = {p: t for p, t in self._released_tokens.items() if p in self._released}
         return {"partitions": partitions, "released": released}
 
@@ -365,7 +365,9 @@ class LogServer:
         log = self._log(partition)
         current = self._tokens[partition]
         end = log.log_end_offset
-        if token != current or not log.log_start_offset <= offset <= end:
+        if offset is None and token == current:  # a standby that stopped on this log wants nothing of it
+            return {"token": current, "from": None, "payloads": [], "end": end}
+        if token != current or offset is None or not log.log_start_offset <= offset <= end:
             offset = log.log_start_offset
         payloads: list[bytes] = []
         total = 0

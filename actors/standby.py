@@ -108,7 +108,8 @@ class Standby:
     def poll(self) -> int:
         """One read of every followed partition; returns how many batches were fed."""
         with self._lock:
-            positions = {p: (f.token, f.replayer.next_offset) for p, f in self._follows.items() if not f.broken}
+            # A broken standby asks for nothing more of its log (None) until the log's token changes.
+            positions = {p: (f.token, None if f.broken else f.replayer.next_offset) for p, f in self._follows.items()}
         answer = self._tail(positions, STANDBY_READ_BYTES)
         fed = 0
         with self._lock:
@@ -117,10 +118,12 @@ class Standby:
             parts = answer["partitions"]
             for p, a in parts.items():
                 f = self._follows.get(p)
+                if f is not None and f.broken and f.token == a["token"]:
+                    continue
                 if f is None or f.token != a["token"] or f.replayer.next_offset != a["from"]:
                     f = self._follows[p] = Follow(p, a["token"], Replayer(f"standby of partition {p}", a["from"],
                                                                           lazy=True, standby=True))
-                if f.broken or not a["payloads"]:
+                if not a["payloads"]:
                     continue
                 try:
                     f.replayer.feed(((f.replayer.where, i, payload) for i, payload in enumerate(a["payloads"])),

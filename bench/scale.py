@@ -17,8 +17,9 @@ Writes ``bench/results/scale.json``. Run: ``.venv/bin/python bench/scale.py [--s
 The extrapolation to 50 partitions x 10 M offsets (printed and written with the figures): memory per node
 is offsets x bytes per offset x the partitions whose replicas the node holds (all 50 at replication
 factor 3 on 3 nodes); replay of one partition bounds how long a restarted partition stays loading; a
-failover replays the new leader's replica, so it grows with the partition's records until followers keep
-a live state. The knobs: more nodes (replicas per node fall as nodes / replication factor), compaction
+failover onto a node whose spare kept a hot standby of the partition replays only what the standby had
+not read yet (otherwise the new leader's whole replica); the standbys cost each node the followed
+partitions' offsets in their pending form (``bytes_per_pending_offset``). The knobs: more nodes (replicas per node fall as nodes / replication factor), compaction
 (a compacted partition replays only its live offsets), ``offsets.retention.minutes`` (expired offsets
 leave the state), and more partitions (smaller each).
 """
@@ -121,6 +122,16 @@ def replay_scale(root: str, n: int) -> dict:
     offsets = sum(len(v) for v in state.offsets.values())
     del state
     gc.collect()
+    # What a lazily loaded shard, and a hot standby, hold per offset before it becomes an object: its
+    # encoded key and its decoded raw value.
+    gc.collect()
+    tracemalloc.start()
+    pending = DurableState()
+    replay(log, pending, lazy=True)
+    pending_held = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    del pending
+    gc.collect()
     lazy = DurableState()
     t = time.perf_counter()
     replay(log, lazy, lazy=True)  # what a shard does: it serves from here, the offsets still pending
@@ -134,7 +145,8 @@ def replay_scale(root: str, n: int) -> dict:
             "lazy_replay_s": round(lazy_s, 3), "lazy_replay_records_per_s": round(n / lazy_s),
             "lazy_then_materialize_s": round(lazy_s + materialize_s, 3),
             "raw_decode_incl_keys_records_per_s": round(n / raw_s), "replay_vs_raw": round(raw_s / load_s, 3),
-            "bytes_per_committed_offset": round(held / offsets, 1), "state_bytes": held}
+            "bytes_per_committed_offset": round(held / offsets, 1), "state_bytes": held,
+            "bytes_per_pending_offset": round(pending_held / offsets, 1)}
 
 
 def failover_scale(sizes: list[int]) -> list[dict]:
@@ -152,6 +164,10 @@ def extrapolate(mem: dict, replays: list[dict], failovers: list[dict]) -> dict:
         "deployment": f"{partitions} partitions x {offsets:,} offsets, replication factor {rf} on {nodes} nodes",
         "leader_state_gib_per_node": round(partitions / nodes * offsets * per_offset / 2**30, 1),
         "state_gib_per_node_if_every_replica_kept_live_state": round(per_node_gib, 1),
+        # Hot standbys (shard.standby.enable): each node's spare holds the partitions it follows as they
+        # are before they become objects (encoded key, raw value).
+        "standby_gib_per_node": round(partitions * (rf - 1) / nodes * offsets * biggest["bytes_per_pending_offset"]
+                                      / 2**30, 1),
         "replay_s_per_partition": round(offsets / biggest["replay_records_per_s"], 1),
         "replay_s_all_leaders_of_a_node_one_core": round(partitions / nodes * offsets / biggest["replay_records_per_s"], 0),
         "lazy_replay_s_per_partition_until_it_serves": round(offsets / biggest["lazy_replay_records_per_s"], 1),

@@ -67,10 +67,12 @@ from raygroups.coordinator.messages import (
 from raygroups.coordinator.partitioning import partition_for
 from raygroups.ray_seam import Directory
 
-# Kafka's client backs off 100 ms growing to 1 s (KIP-580); a coordinator failover here takes 2-3 s, so
-# the cap is lower: once the new leader serves, a client notices within a quarter of a second.
+# Kafka's client backs off 100 ms growing to 1 s (KIP-580); a coordinator failover here takes 2-3 s and
+# the new leader serves within about 0.2 s of the decision (a promoted hot standby), so the cap is
+# Kafka's fixed retry.backoff.ms of before KIP-580, 100 ms: once the new leader serves, a client notices
+# within a tenth of a second. A try while the coordinator is unknown costs a name lookup per lane.
 _BACKOFF_START_S = 0.02
-_BACKOFF_MAX_S = 0.25
+_BACKOFF_MAX_S = 0.1
 
 def lane_of(request: Any, partition: int) -> tuple | None:
     """The lane a request may merge in (see the module docstring), or None to send it alone.

@@ -11,7 +11,6 @@ import asyncio
 from raygroups.actors.log_compaction import accepted_versions
 from raygroups.actors.log_server import LogServer
 from raygroups.actors.standby import Follow, Standby, epoch_at, standby_matches
-from raygroups.compaction.job import staging_dir
 from raygroups.coordinator.records import (
     new_empty_group_metadata_record,
     new_group_metadata_tombstone_record,
@@ -23,6 +22,7 @@ from raygroups.offsets_log import Batch, open_log, replay
 from raygroups.offsets_log.loader import Replayer
 from raygroups.offsets_log.replica_state import partition_dir
 
+from raygroups.compaction.job import staging_dir
 from tests.unit.test_follower_compaction import _compact_leader, _setup
 
 SEGMENT_BYTES = 2048
@@ -194,3 +194,31 @@ def test_a_compaction_swap_makes_the_standby_start_over_from_the_compacted_log(t
             assert tailed == 0 and state == _full_replay(plog) == _full_replay(leader_log)
 
     asyncio.run(scenario())
+
+
+def test_a_batch_the_standby_cannot_decode_stops_it_until_the_log_is_rewritten():
+    """A payload that passes its CRC but is no batch: the standby stops on that log (the promotion would
+    replay the log, and fail there as a load does) and asks its log server for nothing more of it until
+    the log's token changes; a rewritten log is read again from its start."""
+    import msgpack
+    from raygroups.offsets_log.codec import encode_payload
+
+    good = [encode_payload(Batch(0, 1, 1_000, _records(0)))]
+    answers = [{"token": "t1", "from": 0, "payloads": [msgpack.packb([9, 9])], "end": 1},
+               {"token": "t1", "from": None, "payloads": [], "end": 1},
+               {"token": "t2", "from": 0, "payloads": good, "end": 1}]
+    asked = []
+
+    def tail(positions, max_bytes):
+        asked.append(dict(positions))
+        return {"partitions": {0: answers[len(asked) - 1]}, "released": {}}
+
+    standby = Standby(tail)
+    assert standby.poll() == 1
+    follow = standby._follows[0]
+    assert follow.broken and "cannot be decoded" in follow.broken
+    assert "stopped" in standby_matches(follow, "t1", None)
+    assert standby.poll() == 0 and asked[1] == {0: ("t1", None)}  # nothing asked of the broken log
+    assert standby.poll() == 1 and asked[2] == {0: ("t1", None)}
+    follow = standby._follows[0]
+    assert follow.broken is None and follow.token == "t2" and follow.replayer.records == len(_records(0))
