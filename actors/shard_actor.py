@@ -84,6 +84,7 @@ class CoordinatorShard:
         self._timeline: dict[str, float] = {"process_started": _process_start_time(), "module_imported": _IMPORTED_AT,
                                             "constructed": time.time()}
         self._standby: Standby | None = None
+        self._standby_server = None  # the node's LogServer, for the standby's reads
         if partition is None:
             partition = self._spare_binding()
         if partition is not None:
@@ -97,8 +98,13 @@ class CoordinatorShard:
     def _tail_log_server(self, positions: dict, max_bytes: int) -> dict:
         import ray
 
-        server = self._spare_directory.log_server(self._spare_args[-1])
-        return ray.get(server.tail.remote(positions, max_bytes), timeout=STANDBY_CALL_TIMEOUT_S)
+        if self._standby_server is None:
+            self._standby_server = self._spare_directory.log_server(self._spare_args[-1])
+        try:
+            return ray.get(self._standby_server.tail.remote(positions, max_bytes), timeout=STANDBY_CALL_TIMEOUT_S)
+        except Exception:
+            self._standby_server = None  # a restarted LogServer is looked up again
+            raise
 
     def _spare_binding(self) -> int | None:
         return None if self._spare_directory is None else self._spare_directory.spare_binding()
