@@ -10,7 +10,10 @@ it answers: a restarted LogServer still refuses appends below its persisted fenc
 lost its cache rebuilds the metadata from ``report()``. A state older than the one persisted (lower
 ``partition_epoch``) is refused. A state naming this node leader *releases* the replica: its log is
 closed so that the shard actor on this node can open and lead it; a later state naming another leader
-makes this node a follower again. Not guaranteed: anything about partitions this node does not replicate.
+makes this node a follower again. For the node's hot standby (``actors.standby``), ``tail`` hands out
+what the followed logs hold past a position, under a token that a truncation, a compaction swap or a
+reopen replaces, and ``released_token`` tells the shard that took a log over under which token it was
+released. Not guaranteed: anything about partitions this node does not replicate.
 """
 
 from __future__ import annotations
@@ -343,8 +346,9 @@ class LogServer:
     async def tail(self, positions: dict[int, tuple[str, int]], max_bytes: int) -> dict:
         """For a hot standby: every partition this node follows, with the CRC-checked batch payloads after
         ``positions[p] = (token, offset)`` when ``token`` is the log's current one (else from the log's
-        start, under the current token; offset None: nothing while the token holds), at most about ``max_bytes`` in all (at least a batch each while
-        any is new): ``{"partitions": {p: {"token", "from", "payloads", "end"}}, "released": {p: token}}``."""
+        start, under the current token; offset None: nothing while the token holds), at most about
+        ``max_bytes`` in all (at least a batch each while any is new):
+        ``{"partitions": {p: {"token", "from", "payloads", "end"}}, "released": {p: token}}``."""
         followed = [p for p, st in sorted(self._states.items()) if p not in self._released and
                     p not in self._errors and self.node in st["replicas"] and st["leader"] != self.node]
         share = max(MIN_TAIL_BYTES, max_bytes // max(1, len(followed)))

@@ -75,7 +75,9 @@ class CoordinatorShard:
     ) -> None:
         """``partition=None``: a *warm spare* of a replicated deployment's node, a shard process started
         ahead of need, that serves nothing until the controller hands it a partition (``adopt``) -- so a
-        failover skips starting a process (about a second here). A spare that Ray restarts after it
+        failover skips starting a process (about a second here). A spare of a replicated node is also a hot
+        standby: it keeps the node's followed partitions replayed (``actors.standby``) and, when it adopts
+        one, continues that state instead of replaying the whole log. A spare that Ray restarts after it
         adopted a partition finds that partition again through ``directory.spare_binding()``."""
         self._spare_args = (num_partitions, config, data_dir, leader_epoch, topics, directory, replicated, node)
         self._spare_directory = directory
@@ -155,12 +157,14 @@ class CoordinatorShard:
         if self._started:
             return
         if self.partition is None:
-            # The controller may have recorded this spare as a partition's shard and stopped before it
-            # handed it over: the first call (its probe) finds the partition.
+            # The controller recorded this spare as a partition's shard and its first call (a probe) came
+            # before ``adopt`` did, or the controller stopped before handing the partition over: the
+            # binding names the partition, and this is the adoption.
             bound = self._spare_binding()
             if bound is None:
                 raise RuntimeError("a spare shard serves no partition until the controller hands it one")
             self._setup(bound, *self._spare_args)
+            self._timeline["adopted"] = time.time()
         self._started = True
         loop = asyncio.get_running_loop()
         self._wakeup = asyncio.Event()

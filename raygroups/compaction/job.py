@@ -1,15 +1,16 @@
 """The compaction job in Spark: decode in executors, decide with Spark SQL, emit through the one batch emitter.
 
-1. ``records_frame``: one task per stored segment reads it from the segment store (checked against the
-   manifest), decodes it with the project's codec (``offsets_log.compactor.read_segment``) and yields a row
+1. ``records_frame``: the stored segments spread over tasks (one each up to ``spark.default.parallelism``,
+   several per task beyond: a task has a fixed cost however small its segments); each segment is read from
+   the segment store (checked against the manifest), decodes it with the project's codec (``offsets_log.compactor.read_segment``) and yields a row
    per record: partition, segment, offset, key bytes, record type, group, tombstone, batch timestamp.
 2. ``keep_frame``: which offsets survive, as DataFrame operations (the rules of ``offsets_log.compactor``,
    written in Spark): the last record of every key, unless it is a tombstone older than
    ``delete_retention_ms``; plus, per group (``coordinator.replay_rules.presence_needs``), the group's last
    offset value and its key's last record when nothing else would re-create the group, or the group's last
    metadata tombstone when surviving offset values precede it.
-3. ``write_compacted``: one task per segment gets that segment's surviving offsets from the DataFrame,
-   reads the segment again and writes the compacted segment and its index to the store's staging area
+3. ``write_compacted``: spread the same way, each segment gets its surviving offsets from the DataFrame,
+   is read again, and its compacted segment and index are written to the store's staging area
    through ``offsets_log.compactor.write_segment`` -- the reference compactor's own emitter, so the bytes
    equal ``compact_segments`` on the same input.
 4. ``check_equivalence``: one task per partition replays the original and the compacted segments and
@@ -123,7 +124,7 @@ def stored_segment_errors(spark: Any, store_uri: str, refs: list[SegmentRef]) ->
     ``(name, error)`` (a partition with one is left out of the run; the others go on)."""
     if not refs:
         return {}
-    found = spark.sparkContext.parallelize(refs, len(refs)).mapPartitions(
+    found = spark.sparkContext.parallelize(refs, _tasks(spark, len(refs))).mapPartitions(
         lambda part: _check_stored(store_uri, part)).collect()
     errors: dict[int, list[tuple[str, str]]] = {}
     for partition, name, error in found:
@@ -131,11 +132,17 @@ def stored_segment_errors(spark: Any, store_uri: str, refs: list[SegmentRef]) ->
     return errors
 
 
+def _tasks(spark: Any, items: int) -> int:
+    """How many tasks share ``items`` segments: one each up to ``spark.default.parallelism``, then several
+    per task (a task costs a scheduling round and a Python worker call however small its segments)."""
+    return max(1, min(items, spark.sparkContext.defaultParallelism))
+
+
 def _refs_frame(spark: Any, refs: list[SegmentRef]):
-    """One row per segment, one segment per Spark partition (a task each)."""
+    """One row per segment, spread over ``_tasks`` Spark partitions."""
     rows = [(r.partition, r.base_offset, r.name, r.size_bytes, r.crc32) for r in refs]
     frame = spark.createDataFrame(rows, "partition int, segment long, name string, size_bytes long, crc32 long")
-    return frame.repartition(max(1, len(refs)))
+    return frame.repartition(_tasks(spark, len(refs)))
 
 
 def records_frame(spark: Any, store_uri: str, refs: list[SegmentRef]):
@@ -239,7 +246,7 @@ def write_compacted(spark: Any, store_uri: str, refs: list[SegmentRef], records,
         .groupBy("partition", "segment").agg(F.collect_list("offset").alias("offsets"))
     )
     joined = _refs_frame(spark, refs).join(by_segment, ["partition", "segment"], "left").repartition(
-        max(1, len(refs)))
+        _tasks(spark, len(refs)))
     summaries = joined.rdd.map(
         lambda row: (SegmentRef(row["partition"], row["name"], row["segment"], row["size_bytes"], row["crc32"]),
                      row["offsets"])
