@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from raygroups.actors import log_compaction
 from raygroups.offsets_log import Batch, LogError, LogFailedError, StaleEpochError, open_log
 from raygroups.offsets_log.batch import epoch_runs, records_below
+from raygroups.offsets_log.codec import RecordFormatError, payload_base_offset
 from raygroups.offsets_log.replica_state import (
     ReplicaStateError,
     partition_dir,
@@ -352,7 +353,7 @@ class LogServer:
         followed = [p for p, st in sorted(self._states.items()) if p not in self._released and
                     p not in self._errors and self.node in st["replicas"] and st["leader"] != self.node]
         share = max(MIN_TAIL_BYTES, max_bytes // max(1, len(followed)))
-        partitions = {}
+        partitions, unavailable = {}, []
         for p in followed:
             token, offset = positions.get(p, (None, 0))
             async with self._lock(p):
@@ -361,9 +362,10 @@ class LogServer:
                 try:
                     partitions[p] = await self._run(self._tail_sync, p, token, offset, share)
                 except (LogError, OSError) as e:
+                    unavailable.append(p)  # for now: the standby keeps what it has
                     log.debug("node %s: no standby read of partition %d: %s", self.node, p, e)
         released = {p: t for p, t in self._released_tokens.items() if p in self._released}
-        return {"partitions": partitions, "released": released}
+        return {"partitions": partitions, "released": released, "unavailable": unavailable}
 
     def _tail_sync(self, partition: int, token: str | None, offset: int, max_bytes: int) -> dict:
         log = self._log(partition)
@@ -377,11 +379,19 @@ class LogServer:
         total = 0
         if offset < end:
             for _path, _pos, payload in log.raw_payloads(offset):
+                # The sparse index starts the read up to a few KiB early: those batches were read already
+                # (and must not use up the share, or a batch bigger than the rest of it never comes).
+                try:
+                    if payload_base_offset(payload) < offset:
+                        continue
+                except RecordFormatError:
+                    pass  # the standby decodes it and stops there, as a load would
                 if payloads and total + len(payload) > max_bytes:
                     break
                 payloads.append(bytes(payload))
                 total += len(payload)
-        return {"token": current, "from": offset, "payloads": payloads, "end": end}
+        return {"token": current, "from": offset, "payloads": payloads, "end": end,
+                "generation": log.open_generation}
 
     async def released_token(self, partition: int) -> str | None:
         """The token of ``partition``'s log when this server released it to this node's shard (None if it

@@ -32,7 +32,7 @@ from raygroups.actors.log_server import ray_actor_id, ray_node_id
 from raygroups.actors.metrics import METRICS_INTERVAL_S, ShardMetrics
 from raygroups.actors.partition_writer import AppendFailed, LocalWriter, PartitionWriter, ReplicatedWriter
 from raygroups.actors.replication import LeaderReplication, maintenance_interval_s
-from raygroups.actors.standby import Standby, standby_matches
+from raygroups.actors.standby import Standby, StandbyRefused, continue_standby
 from raygroups.actors.timers import AsyncioTimers, WallClock
 from raygroups.coordinator.api import dispatch, error_response, validate_request
 from raygroups.coordinator.config import CoordinatorConfig
@@ -42,7 +42,7 @@ from raygroups.coordinator.runtime import CoordinatorRuntime, PartitionState
 from raygroups.coordinator.state import DurableState
 from raygroups.offsets_log import CorruptLogError, LogLockedError, open_log, replay
 from raygroups.offsets_log.batch import epoch_runs, records_below
-from raygroups.offsets_log.loader import LoadSummary, gc_paused, state_digest
+from raygroups.offsets_log.loader import LoadSummary, state_digest
 
 log = logging.getLogger(__name__)
 _IMPORTED_AT = time.time()
@@ -213,6 +213,8 @@ class CoordinatorShard:
             # objects (or a request needs one), so the shard serves once the log is read.
             self._load_summary = await self._replay_standby(plog, ctx.shard.state)
             if self._load_summary is None:
+                if self._standby_refused is not None:
+                    ctx.shard.state = DurableState()  # a refused continuation may have filled part of it
                 self._load_summary = await loop.run_in_executor(self._io, replay, plog, ctx.shard.state, True)
             self._metrics.on_load(self._load_summary)
             mark("replayed", time.time())
@@ -226,6 +228,9 @@ class CoordinatorShard:
             log.info("shard %d loaded %s at epoch %d", self.partition, self._load_summary, ctx.epoch)
             loop.create_task(self._materialize_offsets(ctx.shard.state))
         except Exception as e:  # a corrupt or unreadable log: stay unavailable rather than serve partial state
+            if self._standby is not None:  # failed before the promotion took it: the standbys go
+                self._standby.stop()
+                self._standby = None
             self._load_error = f"{type(e).__name__}: {e}"
             log.error("shard %d failed to load: %s", self.partition, self._load_error)
             self._runtime.fail_load(ctx)
@@ -250,25 +255,22 @@ class CoordinatorShard:
         except Exception as e:  # noqa: BLE001 - no answer: the log is replayed as without a standby
             released = None
             log.warning("shard %d: the log server did not say which log it released: %s", self.partition, e)
-        why = standby_matches(follow, released, plog)
-        if why is not None:
-            self._standby_refused = why
-            log.info("shard %d: standby not used: %s", self.partition, why)
-            return None
 
-        def finish() -> LoadSummary:
+        def finish() -> LoadSummary | None:
             start = time.perf_counter()
-            replayer = follow.replayer
-            read = replayer.records
-            with gc_paused():
-                replayer.feed(plog.raw_payloads(replayer.next_offset), skip_applied=True)
-                replayer.install(state)
-            self._standby_tailed = replayer.records - read
-            return LoadSummary(records=replayer.records, bytes=replayer.bytes,
-                               seconds=time.perf_counter() - start, bytes_dropped=plog.bytes_dropped)
+            try:
+                self._standby_tailed = continue_standby(follow, released, plog, state)
+            except StandbyRefused as e:
+                self._standby_refused = str(e)
+                log.info("shard %d: standby not used: %s", self.partition, e)
+                return None
+            r = follow.replayer
+            return LoadSummary(records=r.records, bytes=r.bytes, seconds=time.perf_counter() - start,
+                               bytes_dropped=plog.bytes_dropped)
 
         summary = await loop.run_in_executor(self._io, finish)
-        self._timeline["standby_promoted"] = time.time()
+        if summary is not None:
+            self._timeline["standby_promoted"] = time.time()
         return summary
 
     async def _materialize_offsets(self, state: DurableState) -> None:

@@ -9,12 +9,16 @@ token whenever the log loses or rewrites records (leader-epoch truncation, a com
 and a standby whose token is no longer the log's starts that partition again from the log's start.
 
 At promotion (``CoordinatorShard`` adopting a partition) the shard takes the partition's standby, opens
-the log it now leads and uses the standby only if the LogServer released the log under the token the
-standby last read with (nothing was rewritten since, so the log is the standby's prefix followed by more
-batches), the log reaches the standby's position and the batch before it has the leader epoch the
-standby saw there (Kafka's log-matching argument: same epoch at the same offset, same prefix). Anything
-else, and the shard replays the whole log as it would without a standby. The other partitions' standbys
-go with the spare: the spare the controller starts next builds them again.
+the log it now leads and continues the standby (``continue_standby``) only if the LogServer released
+the log under the token the standby last read with (the LogServer rewrote nothing since), the log's
+open generation is the one the standby read at plus one (nobody but this shard opened the log since the
+LogServer closed it: another shard could have compacted or truncated it), the log reaches the
+standby's position, and the batch before it has the leader epoch the standby saw there (Kafka's
+log-matching argument; with the two checks before it, a last guard). Then the log is the standby's
+prefix followed by more batches, which are replayed on top. Anything else, or a batch after the
+position that cannot be replayed, and the shard replays the whole log into a fresh state as it would
+without a standby. The other partitions' standbys go with the spare: the spare the controller starts
+next builds them again.
 
 Not Kafka's: Kafka's group coordinator loads a partition from the log when it becomes leader
 (``CoordinatorLoaderImpl``); its followers keep no replayed state. Costs: every followed partition's
@@ -29,8 +33,9 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from raygroups.coordinator.state import DurableState
 from raygroups.offsets_log.errors import CorruptLogError, LogError
-from raygroups.offsets_log.loader import Replayer
+from raygroups.offsets_log.loader import Replayer, gc_paused
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +49,13 @@ class Follow:
 
     partition: int
     token: str
+    generation: int  # the log's open generation when the LogServer read it
     replayer: Replayer
     broken: str | None = None  # why it stopped (a batch it could not decode); the promotion replays the log
+
+
+class StandbyRefused(Exception):
+    """The standby does not continue the promoted shard's log (the message says why)."""
 
 
 def epoch_at(entries: list[tuple[int, int]], offset: int) -> int | None:
@@ -67,12 +77,34 @@ def standby_matches(follow: Follow, released_token: str | None, log) -> str | No
         return "the log server holds no token for the log it released (restarted, or never opened it)"
     if released_token != follow.token:
         return "the log was rewritten or reopened after the standby's last read"
+    if log.open_generation != follow.generation + 1:
+        return (f"the log was opened {log.open_generation - follow.generation - 1} more time(s) since the log "
+                f"server released it")
     if not log.log_start_offset <= r.next_offset <= log.log_end_offset:
         return (f"the standby's position {r.next_offset} is outside the log "
                 f"[{log.log_start_offset}, {log.log_end_offset}]")
     if r.records and r.last_epoch != epoch_at(log.epoch_entries, r.next_offset - 1):
         return f"the batch before offset {r.next_offset} is not of leader epoch {r.last_epoch} any more"
     return None
+
+
+def continue_standby(follow: Follow, released_token: str | None, log, state: DurableState) -> int:
+    """The promotion: ``follow`` continued to the end of ``log`` (just opened by the promoted shard) and
+    installed lazily in ``state`` (empty); returns how many records were replayed past the standby's
+    position. Raises ``StandbyRefused`` when it does not continue the log or the rest cannot be replayed
+    (``state`` may then hold part of it: load the log into a fresh one)."""
+    why = standby_matches(follow, released_token, log)
+    if why is not None:
+        raise StandbyRefused(why)
+    replayer = follow.replayer
+    read = replayer.records
+    try:
+        with gc_paused():
+            replayer.feed(log.raw_payloads(replayer.next_offset), skip_applied=True)
+            replayer.install(state)
+    except CorruptLogError as e:
+        raise StandbyRefused(f"continuing it failed: {e}") from e
+    return replayer.records - read
 
 
 class Standby:
@@ -106,7 +138,7 @@ class Standby:
                 self._stopped.wait(STANDBY_POLL_S)
 
     def poll(self) -> int:
-        """One read of every followed partition; returns how many batches were fed."""
+        """One read of every followed partition; returns how many batches were applied."""
         with self._lock:
             # A broken standby asks for nothing more of its log (None) until the log's token changes.
             positions = {p: (f.token, None if f.broken else f.replayer.next_offset) for p, f in self._follows.items()}
@@ -121,21 +153,26 @@ class Standby:
                 if f is not None and f.broken and f.token == a["token"]:
                     continue
                 if f is None or f.token != a["token"] or f.replayer.next_offset != a["from"]:
-                    f = self._follows[p] = Follow(p, a["token"], Replayer(f"standby of partition {p}", a["from"],
-                                                                          lazy=True, standby=True))
+                    f = self._follows[p] = Follow(p, a["token"], a["generation"],
+                                                  Replayer(f"standby of partition {p}", a["from"], lazy=True,
+                                                           standby=True))
                 if not a["payloads"]:
                     continue
+                before = f.replayer.next_offset
                 try:
                     f.replayer.feed(((f.replayer.where, i, payload) for i, payload in enumerate(a["payloads"])),
                                     skip_applied=True)
                 except (CorruptLogError, LogError) as e:
                     f.broken = str(e)
                     log.warning("%s: partition %d: %s", self._name, p, e)
-                fed += len(a["payloads"])
-            # Kept: the followed partitions and the released ones this standby may still continue (the log
-            # was released under its token); a partition reassigned away, or released after a rewrite, goes.
-            released = answer["released"]
-            for p in [p for p, f in self._follows.items() if p not in parts and released.get(p) != f.token]:
+                if f.replayer.next_offset != before:
+                    fed += 1
+            # Kept: the followed partitions (those the LogServer could not read this time included) and the
+            # released ones this standby may still continue (released under its token); a partition
+            # reassigned away, or released after a rewrite, goes.
+            released, unavailable = answer["released"], set(answer.get("unavailable", ()))
+            for p in [p for p, f in self._follows.items()
+                      if p not in parts and p not in unavailable and released.get(p) != f.token]:
                 del self._follows[p]
         return fed
 

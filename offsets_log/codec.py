@@ -287,6 +287,22 @@ def frame_crc_ok(buf, pos: int, length: int, crc: int) -> bool:
     return zlib.crc32(mv[pos + HEADER_BYTES : pos + HEADER_BYTES + length], zlib.crc32(mv[pos : pos + 4])) == crc
 
 
+def payload_base_offset(payload) -> int:
+    """The base offset of a batch payload, read from its head without decoding the records."""
+    unpacker = msgpack.Unpacker()
+    unpacker.feed(bytes(payload[:MIN_PAYLOAD_BYTES + 16]))
+    try:
+        unpacker.read_array_header()
+        if unpacker.unpack() != FORMAT:
+            raise RecordFormatError("not a format-1 batch payload")
+        base = unpacker.unpack()
+    except (msgpack.OutOfData, ValueError) as e:
+        raise RecordFormatError(f"not a batch payload ({e})") from e
+    if type(base) is not int:
+        raise RecordFormatError(f"a batch's base offset must be an int, got {base!r}")
+    return base
+
+
 def unpack_payload(payload) -> tuple:
     """The raw payload tuple; raises ``RecordFormatError`` if it is not a format-1 payload."""
     try:

@@ -147,7 +147,8 @@ class Replayer:
         self._last: dict = {}
         self._presence = GroupPresence()
         self._with_values: set | None = set() if lazy else None  # lazy: the groups of every tombstone-free header
-        self._others: set | None = set() if standby else None  # standby: keys that are not offset commits
+        # Standby: the keys that are not offset commits (a dict: first-seen order, as a full load's).
+        self._others: dict | None = {} if standby else None
         self._installed = False
 
     def feed(self, payloads, *, skip_applied: bool = False) -> None:
@@ -217,13 +218,13 @@ class Replayer:
             raise CorruptLogError(self.where, None, f"a record cannot be decoded ({e})") from e
 
 
-def _set_aside(flat: tuple, last: dict, others: set) -> None:
+def _set_aside(flat: tuple, last: dict, others: dict) -> None:
     """Standby bookkeeping for one batch: its keys that are not offset commits go to ``others``, and its
     tombstones leave ``last`` (a deleted key and an absent one replay alike)."""
     for i in range(0, len(flat), 2):
         kb = flat[i]
         if type(kb) is not bytes or len(kb) < 2 or kb[0] != 0x94 or kb[1] != OFFSET_COMMIT_KEY_TYPE:
-            others.add(kb)
+            others[kb] = None
         if flat[i + 1] is None and last.get(kb) is None:  # deleted by this batch (not re-created after)
             last.pop(kb, None)
 
@@ -252,7 +253,7 @@ def _install(last: dict, presence: GroupPresence, state: DurableState) -> None:
 
 
 def _install_lazy(last: dict, presence: GroupPresence, with_values: set, state: DurableState, where: str,
-                  set_aside: set | None = None) -> None:
+                  set_aside: dict | None = None) -> None:
     """The survivors that are offset commits stay as they are (key bytes -> decoded raw value) and become
     ``state``'s pending offsets; only group metadata, and the offsets of groups whose metadata was deleted
     and that are absent (which ``offset_only_groups`` must see), are decoded now. ``set_aside``: the keys

@@ -16,6 +16,9 @@ Guarantees:
 * ``replace_segments`` swaps compacted segments in all or none, also across a crash (``cleaning``).
 * One writer per directory: a second ``open_log`` on the same directory fails with ``LogLockedError``
   until the first is closed (``fcntl.flock`` on ``.lock``; the lock dies with the process).
+* Every ``open_log`` of a directory counts, durably, one more *open generation* (``open_generation``):
+  whoever saw the log at generation g knows, from generation g + 1, that exactly one opener came since --
+  what a hot standby's promotion checks (``actors.standby``).
 
 Operations are serialized by a lock, so an append may run in a worker thread while the event loop reads;
 a read sees the log as it was when it started. Not guaranteed: consistent reads across a concurrent
@@ -69,6 +72,7 @@ logger = logging.getLogger("raygroups.offsets_log")
 MIN_SEGMENT_BYTES = 1024
 DEFAULT_SEGMENT_BYTES = 100 * 1024 * 1024
 LOCK_FILE = ".lock"
+OPEN_GENERATION_FILE = "open-generation"
 
 
 def _locked(method):
@@ -122,6 +126,7 @@ def open_log(
     )
     try:
         log._recover()
+        log._count_open()
     except BaseException:
         log._release()
         raise
@@ -156,6 +161,7 @@ class FileLog:
         self._failed: str | None = None
         self._closed = False
         self.cleaned_offset = 0  # end of the compacted prefix (the cleaner checkpoint)
+        self.open_generation = 0  # how many times the directory was opened, this time included
         self._lock = threading.RLock()
         self.recovery_report = RecoveryReport()
         os.makedirs(directory, exist_ok=True)
@@ -603,3 +609,24 @@ class FileLog:
 
     def _recover(self) -> None:
         recover(self)
+
+    def _count_open(self) -> None:
+        path = os.path.join(self.directory, OPEN_GENERATION_FILE)
+        try:
+            with open(path, "rb") as f:
+                raw = f.read()
+        except FileNotFoundError:
+            raw = b"0"
+        if not raw.isdigit() or len(raw) > 20:
+            raise CorruptLogError(path, None, f"the open generation must be a decimal number, got {raw[:40]!r}")
+        generation = int(raw) + 1
+        tmp = path + ".tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, str(generation).encode())
+            os.fsync(fd)  # not the data path: fsync_for_testing counts the segments' fsyncs only
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        fsync_dir(self.directory)
+        self.open_generation = generation

@@ -226,7 +226,7 @@ def test_a_replayer_fed_in_pieces_as_a_standby_equals_sequential_replay(tmp_path
     """What a hot standby does: the log's payloads fed in pieces (each piece re-sending up to ``resend``
     batches it already fed, as a read from a sparse index position does), installed lazily once: the
     state of sequential replay, groups exact before any offset is materialized."""
-    batches = make_batches(recs)
+    batches = make_batches(recs, epochs=[i // 3 for i in range(len(recs))])  # leader changes now and then
     with open_log(tmp_path_factory.mktemp("p"), segment_bytes=2048, **NO_FSYNC) as log:
         append_all(log, batches)
         payloads = list(log.raw_payloads(0))
@@ -236,6 +236,7 @@ def test_a_replayer_fed_in_pieces_as_a_standby_equals_sequential_replay(tmp_path
         replayer.feed(payloads[max(0, start - resend):cut], skip_applied=True)
         start = max(start, cut)
         assert replayer.next_offset == (batches[start - 1].next_offset if start else 0)
+        assert replayer.last_epoch == (batches[start - 1].leader_epoch if start else None)
     if batches:
         assert replayer.last_epoch == batches[-1].leader_epoch
     state = DurableState()
