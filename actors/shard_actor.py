@@ -211,10 +211,10 @@ class CoordinatorShard:
             mark("log_opened", time.time())
             # Lazily: the surviving offsets stay as the log's records until the background turns them into
             # objects (or a request needs one), so the shard serves once the log is read.
-            self._load_summary = await self._replay_standby(plog, ctx.shard.state)
-            if self._load_summary is None:
-                if self._standby_refused is not None:
-                    ctx.shard.state = DurableState()  # a refused continuation may have filled part of it
+            promoted = await self._replay_standby(plog)
+            if promoted is not None:
+                self._load_summary, ctx.shard.state = promoted
+            else:
                 self._load_summary = await loop.run_in_executor(self._io, replay, plog, ctx.shard.state, True)
             self._metrics.on_load(self._load_summary)
             mark("replayed", time.time())
@@ -237,10 +237,10 @@ class CoordinatorShard:
         finally:
             self._loaded.set_result(None)
 
-    async def _replay_standby(self, plog, state: DurableState) -> LoadSummary | None:
-        """A promoted spare: this partition's hot standby, continued to the log's end and installed in
-        ``state`` (the load's summary), or None when there is none or it does not continue this log (the
-        caller replays the whole log; ``status()`` says why)."""
+    async def _replay_standby(self, plog) -> tuple[LoadSummary, DurableState] | None:
+        """A promoted spare: this partition's hot standby, continued to the log's end, as the load's
+        summary and state; None when there is none or it does not continue this log (the caller replays
+        the whole log; ``status()`` says why)."""
         standby, self._standby = self._standby, None
         if standby is None:
             return None
@@ -256,8 +256,9 @@ class CoordinatorShard:
             released = None
             log.warning("shard %d: the log server did not say which log it released: %s", self.partition, e)
 
-        def finish() -> LoadSummary | None:
+        def finish() -> tuple[LoadSummary, DurableState] | None:
             start = time.perf_counter()
+            state = DurableState()  # a refused continuation may leave part of itself here
             try:
                 self._standby_tailed = continue_standby(follow, released, plog, state)
             except StandbyRefused as e:
@@ -266,12 +267,12 @@ class CoordinatorShard:
                 return None
             r = follow.replayer
             return LoadSummary(records=r.records, bytes=r.bytes, seconds=time.perf_counter() - start,
-                               bytes_dropped=plog.bytes_dropped)
+                               bytes_dropped=plog.bytes_dropped), state
 
-        summary = await loop.run_in_executor(self._io, finish)
-        if summary is not None:
+        promoted = await loop.run_in_executor(self._io, finish)
+        if promoted is not None:
             self._timeline["standby_promoted"] = time.time()
-        return summary
+        return promoted
 
     async def _materialize_offsets(self, state: DurableState) -> None:
         """Turn the offsets the load left pending into objects, a slice per event-loop turn (a slice takes

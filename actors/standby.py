@@ -119,7 +119,6 @@ class Standby:
         self._lock = threading.Lock()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
-        self.last_error: str | None = None
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, daemon=True, name=self._name)
@@ -129,10 +128,8 @@ class Standby:
         while not self._stopped.is_set():
             try:
                 fed = self.poll()
-                self.last_error = None
             except Exception as e:  # noqa: BLE001 - a LogServer away or restarting: try again later
-                self.last_error = f"{type(e).__name__}: {e}"
-                log.debug("%s: read failed: %s", self._name, self.last_error)
+                log.debug("%s: read failed: %s: %s", self._name, type(e).__name__, e)
                 fed = 0
             if not fed:
                 self._stopped.wait(STANDBY_POLL_S)

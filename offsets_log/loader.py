@@ -162,47 +162,50 @@ class Replayer:
         headers = None if self._with_values is None else self._with_values.update
         others = self._others
         n = self.records
+        nbytes = self.bytes
         expected = self.next_offset
-        for path, pos, payload in payloads:
-            try:
-                p = unpackb(payload, use_list=False)
-                if type(p) is not tuple or p[0] != FORMAT:
-                    raise RecordFormatError("not a format-1 batch payload")
-                flat = p[7]
-                count = p[4]
-                if len(p) == 8:
-                    span = count
-                elif len(p) == 10:  # compacted: may skip offsets inside its span
-                    span = p[9] + 1
-                else:
-                    raise RecordFormatError("not a format-1 batch payload")
-                if len(flat) != 2 * count:
-                    raise RecordFormatError(f"batch claims {count} records but carries {len(flat) // 2}")
-            except Exception as e:
-                raise CorruptLogError(path, pos, f"batch passes its CRC but cannot be decoded ({e})") from e
-            if p[1] != expected:
-                if skip_applied and type(p[1]) is int and p[1] + span <= expected:
-                    continue
-                raise CorruptLogError(path, pos, f"batch starts at offset {p[1]}, expected {expected}")
-            if p[5] & FLAG_TOMBSTONES:
+        epoch = self.last_epoch
+        try:  # a batch that fails leaves the position after the last one applied
+            for path, pos, payload in payloads:
                 try:
-                    _replay_batch_in_order(flat, last, presence, n)
-                except (RecordFormatError, ValueError) as e:
-                    raise CorruptLogError(path, pos, str(e)) from e
-            else:
-                presence.observe_values(p[6], n)
-                if headers is not None:
-                    headers(p[6])
-                it = iter(flat)
-                last.update(zip(it, it, strict=False))
-            if others is not None:
-                _set_aside(flat, last, others)
-            expected += span
-            n += count
-            self.bytes += len(payload) + 8
-            self.records = n
-            self.next_offset = expected
-            self.last_epoch = p[2]
+                    p = unpackb(payload, use_list=False)
+                    if type(p) is not tuple or p[0] != FORMAT:
+                        raise RecordFormatError("not a format-1 batch payload")
+                    flat = p[7]
+                    count = p[4]
+                    if len(p) == 8:
+                        span = count
+                    elif len(p) == 10:  # compacted: may skip offsets inside its span
+                        span = p[9] + 1
+                    else:
+                        raise RecordFormatError("not a format-1 batch payload")
+                    if len(flat) != 2 * count:
+                        raise RecordFormatError(f"batch claims {count} records but carries {len(flat) // 2}")
+                except Exception as e:
+                    raise CorruptLogError(path, pos, f"batch passes its CRC but cannot be decoded ({e})") from e
+                if p[1] != expected:
+                    if skip_applied and type(p[1]) is int and p[1] + span <= expected:
+                        continue
+                    raise CorruptLogError(path, pos, f"batch starts at offset {p[1]}, expected {expected}")
+                if p[5] & FLAG_TOMBSTONES:
+                    try:
+                        _replay_batch_in_order(flat, last, presence, n)
+                    except (RecordFormatError, ValueError) as e:
+                        raise CorruptLogError(path, pos, str(e)) from e
+                else:
+                    presence.observe_values(p[6], n)
+                    if headers is not None:
+                        headers(p[6])
+                    it = iter(flat)
+                    last.update(zip(it, it, strict=False))
+                if others is not None:
+                    _set_aside(flat, last, others)
+                expected += span
+                n += count
+                nbytes += len(payload) + 8
+                epoch = p[2]
+        finally:
+            self.records, self.bytes, self.next_offset, self.last_epoch = n, nbytes, expected, epoch
 
     def install(self, state: DurableState) -> None:
         """Put what was fed into ``state`` (empty): lazily (pending offsets) if made ``lazy``."""

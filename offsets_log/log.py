@@ -62,7 +62,7 @@ from raygroups.offsets_log.errors import (
     LogWriteError,
     OffsetOutOfRangeError,
 )
-from raygroups.offsets_log.fsutil import fsync_dir
+from raygroups.offsets_log.fsutil import atomic_write, fsync_dir
 from raygroups.offsets_log.index import DEFAULT_INDEX_INTERVAL_BYTES, OffsetIndex
 from raygroups.offsets_log.recovery import recover
 from raygroups.offsets_log.segment import Segment, index_name, iter_frames, scan_segment, segment_name
@@ -620,13 +620,5 @@ class FileLog:
         if not raw.isdigit() or len(raw) > 20:
             raise CorruptLogError(path, None, f"the open generation must be a decimal number, got {raw[:40]!r}")
         generation = int(raw) + 1
-        tmp = path + ".tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, str(generation).encode())
-            os.fsync(fd)  # not the data path: fsync_for_testing counts the segments' fsyncs only
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        fsync_dir(self.directory)
+        atomic_write(path, str(generation).encode())
         self.open_generation = generation
