@@ -344,14 +344,16 @@ class LogServer:
     # ------------------------------------------------------------------------------------------
     # Hot standbys (the node's spare shard process keeps a replayed state of what this node follows)
     # ------------------------------------------------------------------------------------------
-    async def tail(self, positions: dict[int, tuple[str, int]], max_bytes: int) -> dict:
-        """For a hot standby: every partition this node follows, with the CRC-checked batch payloads after
+    async def tail(self, positions: dict[int, tuple[str, int]], max_bytes: int, only: int | None = None) -> dict:
+        """For a hot standby: every partition this node follows (or ``only`` that one, if the node follows
+        it), with the CRC-checked batch payloads after
         ``positions[p] = (token, offset)`` when ``token`` is the log's current one (else from the log's
         start, under the current token; offset None: nothing while the token holds), at most about
         ``max_bytes`` in all (at least a batch each while any is new):
         ``{"partitions": {p: {"token", "from", "payloads", "end"}}, "released": {p: token}}``."""
         followed = [p for p, st in sorted(self._states.items()) if p not in self._released and
-                    p not in self._errors and self.node in st["replicas"] and st["leader"] != self.node]
+                    p not in self._errors and self.node in st["replicas"] and st["leader"] != self.node
+                    and only in (None, p)]
         share = max(MIN_TAIL_BYTES, max_bytes // max(1, len(followed)))
         partitions, unavailable = {}, []
         for p in followed:

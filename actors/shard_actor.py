@@ -72,13 +72,16 @@ class CoordinatorShard:
         directory: Any = None,
         replicated: bool = False,
         node: str | None = None,
+        standby_for: int | None = None,
     ) -> None:
         """``partition=None``: a *warm spare* of a replicated deployment's node, a shard process started
         ahead of need, that serves nothing until the controller hands it a partition (``adopt``) -- so a
         failover skips starting a process (about a second here). A spare of a replicated node is also a hot
         standby: it keeps the node's followed partitions replayed (``actors.standby``) and, when it adopts
         one, continues that state instead of replaying the whole log. A spare that Ray restarts after it
-        adopted a partition finds that partition again through ``directory.spare_binding()``."""
+        adopted a partition finds that partition again through ``directory.spare_binding()``. A spare with
+        ``standby_for`` stands by for that partition only (``shard.standby.per.partition``; then a spare
+        without it stands by for none)."""
         self._spare_args = (num_partitions, config, data_dir, leader_epoch, topics, directory, replicated, node)
         self._spare_directory = directory
         self.partition: int | None = None
@@ -87,15 +90,23 @@ class CoordinatorShard:
                                             "constructed": time.time()}
         self._standby: Standby | None = None
         self._standby_server = None  # the node's LogServer, for the standby's reads
+        self._standby_for: int | None = None  # the one partition the standby reads (None: all followed)
         if partition is None:
             partition = self._spare_binding()
         if partition is not None:
             self._setup(partition, *self._spare_args)
-        elif replicated and directory is not None and node is not None and \
-                CoordinatorConfig.from_properties(config).shard_standby_enable:
-            # A spare of a replicated node: keep the node's followed partitions replayed (``actors.standby``).
-            self._standby = Standby(self._tail_log_server, name=f"standby-{node}")
+        elif replicated and directory is not None and node is not None and self._stands_by(config, standby_for):
+            # A spare of a replicated node: keep the node's followed partitions (or the one it stands by
+            # for) replayed (``actors.standby``).
+            self._standby_for = standby_for
+            self._standby = Standby(self._tail_log_server, name=f"standby-{node}" + (
+                "" if standby_for is None else f"-p{standby_for}"))
             self._standby.start()
+
+    @staticmethod
+    def _stands_by(config: dict, standby_for: int | None) -> bool:
+        c = CoordinatorConfig.from_properties(config)
+        return c.shard_standby_enable and (standby_for is not None or not c.shard_standby_per_partition)
 
     def _tail_log_server(self, positions: dict, max_bytes: int) -> dict:
         import ray
@@ -103,7 +114,8 @@ class CoordinatorShard:
         if self._standby_server is None:
             self._standby_server = self._spare_directory.log_server(self._spare_args[-1])
         try:
-            return ray.get(self._standby_server.tail.remote(positions, max_bytes), timeout=STANDBY_CALL_TIMEOUT_S)
+            return ray.get(self._standby_server.tail.remote(positions, max_bytes, self._standby_for),
+                           timeout=STANDBY_CALL_TIMEOUT_S)
         except Exception:
             self._standby_server = None  # a restarted LogServer is looked up again
             raise
@@ -578,6 +590,14 @@ class CoordinatorShard:
             "start_timeline": dict(self._timeline),
             **self._stats,
         }
+
+    async def standby_status(self) -> dict | None:
+        """A spare's hot standby (None for a shard, or a spare without one): the partition it stands by for
+        (None: every partition its node follows) and, per partition, how far it has read."""
+        if self.partition is not None or self._standby is None:
+            return None
+        return {"standby_for": self._standby_for, "partitions": self._standby.status(), "node": self._spare_args[-1],
+                "pid": os.getpid()}
 
     async def ping(self) -> str:
         """Next to no work (the Ray call floor that benchmarks compare against): the partition state. It

@@ -4,7 +4,11 @@ For partitions holding 10 k / 100 k / 1 M records: kill the leader's node (rayle
 the time from the kill to the first successful commit on that partition, broken down into detection
 (kill → the controller sees the node dead), election (→ new leader chosen, epoch bumped, followers
 fenced, shard started), replay (the new shard's load of its local replica) and client rediscovery (the
-rest). Then commit throughput at 64 clients with replication factor 3 vs 1, measured in the same run.
+rest). Then the loss of a node leading several partitions (3 of 9 by default, 1 M records each), with
+one spare per node and with one per followed partition (``shard.standby.per.partition``): each
+partition's kill → first commit and whether its new shard was a promoted standby, a spare that replayed
+the log or a new process. Then commit throughput at 64 clients with replication factor 3 vs 1, measured
+in the same run.
 Goals: failover ≤ detection + 1 s with 1 M records; RF 3 throughput ≥ 50 % of RF 1.
 
 Writes ``bench/results/failover.json`` and prints a table. Run: ``.venv/bin/python bench/failover.py``.
@@ -18,6 +22,7 @@ import json
 import os
 import platform
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -167,13 +172,122 @@ def measure_failovers(sizes: list[int]) -> list[dict]:
     return failovers
 
 
+def _served_by_new_leader(cluster, partition: int, victim: str) -> dict | None:
+    try:
+        status = ray.get(cluster.shard(partition).status.remote(), timeout=5)
+    except (ValueError, ray.exceptions.RayError):
+        return None
+    return status if status.get("node") not in (None, victim) else None
+
+
+def _standbys_read(cluster, partitions: list[int]) -> bool:
+    """Whether every follower of each of ``partitions`` has a running spare whose standby read its log to
+    the end (the leader's log end offset)."""
+    ends = {p: s["log_end_offset"] for p, s in enumerate(cluster.shard_status()) if p in partitions}
+    for p in partitions:
+        state = cluster.partition_state(p)
+        for node in (n for n in state["isr"] if n != state["leader"]):
+            standbys = cluster.standby_status(node).values()
+            if not any(s["partitions"].get(p, {}).get("next_offset", -1) >= (ends[p] or 0) for s in standbys):
+                return False
+    return True
+
+
+def _spare_memory(cluster) -> dict:
+    """Resident and unique memory of the running spares' processes (all on this machine)."""
+    import psutil  # Ray's own dependency
+
+    rss, uss = [], []
+    for node in cluster.coordinator_nodes():
+        for s in cluster.standby_status(node).values():
+            try:
+                info = psutil.Process(s["pid"]).memory_full_info()
+            except psutil.Error:
+                continue
+            rss.append(info.rss)
+            uss.append(info.uss)
+    return {"spares": len(rss), "rss_mb_mean": round(sum(rss) / len(rss) / 2**20, 1) if rss else None,
+            "uss_mb_mean": round(sum(uss) / len(uss) / 2**20, 1) if uss else None}
+
+
+def measure_node_loss(per_partition: bool, num_partitions: int, records: int) -> dict:
+    """A node leading several partitions is lost (raylet SIGKILL) on a simulated 3-node cluster: each of its
+    partitions, filled with ``records`` records, is measured from the kill to its first commit served by
+    its new leader, with one spare per node (the default) or one per followed partition
+    (``shard.standby.per.partition``)."""
+    cluster = start_local(num_partitions=num_partitions, num_nodes=3,
+                          config={**CONFIG, "shard.standby.per.partition": per_partition})
+    try:
+        cluster.create_topic(FILL_TOPIC, FILL_PARTITIONS)
+        leaders = cluster.partition_leaders()
+        victim = max(sorted(set(leaders.values())), key=list(leaders.values()).count)
+        moved = sorted(p for p, n in leaders.items() if n == victim)
+        groups = {p: _group_on(p, num_partitions, "loss") for p in moved}
+        for p in moved:
+            _fill(cluster, groups[p], records)
+        deadline = time.monotonic() + 300
+        while not _standbys_read(cluster, moved):
+            if time.monotonic() > deadline:
+                raise TimeoutError("the followers' standbys did not read the filled logs")
+            time.sleep(0.5)
+        memory = _spare_memory(cluster)
+        client = cluster.client()
+        events_before = len(cluster.controller_events())
+        done: dict[int, tuple[float, dict]] = {}
+
+        def first_commit(p: int) -> None:
+            n = 0
+            while True:
+                n += 1
+                r = client.commit_offsets(group_id=groups[p], offsets={(FILL_TOPIC, 0): (n, "")}).result(120)
+                if r.errors[(FILL_TOPIC, 0)] is Errors.NONE:
+                    status = _served_by_new_leader(cluster, p, victim)
+                    if status is not None:
+                        done[p] = (time.time(), status)
+                        return
+
+        t_kill = time.time()
+        cluster.kill_node(victim, graceful=False)
+        threads = [threading.Thread(target=first_commit, args=(p,)) for p in moved]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+        events = cluster.controller_events()[events_before:]
+        dead = next((e["t"] for e in events if e["event"] == "node-dead" and e.get("node") == victim), None)
+        partitions = []
+        for p in moved:
+            t_ok, status = done[p]
+            timeline = status.get("start_timeline") or {}
+            partitions.append({"partition": p, "records": status.get("load_records"), "node": status["node"],
+                               "total_s": round(t_ok - t_kill, 3), "new_shard": _new_shard(timeline),
+                               "load_s": round(timeline["active"] - timeline.get("adopted", timeline["constructed"]), 3)
+                               if "active" in timeline else None,
+                               "standby_tailed_records": status.get("standby_tailed"),
+                               "standby_refused": status.get("standby_refused")})
+        return {"per_partition_spares": per_partition, "partitions_in_cluster": num_partitions,
+                "records_per_partition": records, "victim": victim,
+                "detection_s": None if dead is None else round(dead - t_kill, 3),
+                "spare_processes_before": memory, "failovers": partitions}
+    finally:
+        cluster.shutdown()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="10000,100000,1000000")
     parser.add_argument("--duration", type=float, default=4.0)
+    parser.add_argument("--node-loss-partitions", type=int, default=9,
+                        help="partitions of the cluster whose busiest leader's node is lost (0: skip)")
+    parser.add_argument("--node-loss-records", type=int, default=1_000_000, help="records in each of its partitions")
     args = parser.parse_args()
-    sizes = [int(s) for s in args.sizes.split(",")]
-    failovers = measure_failovers(sizes)
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    failovers = measure_failovers(sizes) if sizes else []
+    node_loss = []
+    if args.node_loss_partitions:
+        for per_partition in (False, True):
+            node_loss.append(measure_node_loss(per_partition, args.node_loss_partitions, args.node_loss_records))
+            print(f"node loss, spare per partition {per_partition}: {node_loss[-1]}", flush=True)
     rates = {}
     for rf in (3, 1):
         c = start_local(num_partitions=1, num_nodes=3, config={**CONFIG, "offsets.topic.replication.factor": rf,
@@ -187,6 +301,7 @@ def main() -> None:
                     "ray": ray.__version__},
         "health_checks": "500 ms x 3 (simulated cluster)",
         "failover": failovers,
+        "node_loss": node_loss,
         "commit_calls_per_s_64_clients": {"rf3": round(rates[3], 1), "rf1": round(rates[1], 1),
                                           "rf3_vs_rf1": round(rates[3] / rates[1], 3)},
     }
@@ -196,6 +311,13 @@ def main() -> None:
     for f in failovers:
         print(f"{f['records'] or 0:>9} {f['total_s']:>7} {f['detection_s']!s:>7} {f['election_s']!s:>7} "
               f"{f['replay_s']:>7} {f['rediscovery_and_rest_s']:>7}  {f['new_shard']}")
+    for loss in node_loss:
+        mode = "a spare per partition" if loss["per_partition_spares"] else "one spare per node"
+        print(f"node leading {len(loss['failovers'])} partitions lost ({mode}; detection {loss['detection_s']} s, "
+              f"spares {loss['spare_processes_before']}):")
+        for f in loss["failovers"]:
+            print(f"  partition {f['partition']} on {f['node']}: kill -> first commit {f['total_s']} s, "
+                  f"{f['new_shard']}, load {f['load_s']} s")
     print(f"commit calls/s at 64 clients: RF 3 {rates[3]:.0f}, RF 1 {rates[1]:.0f} "
           f"({rates[3] / rates[1]:.0%} of RF 1)")
 

@@ -58,6 +58,7 @@ PROBE_TIMEOUT_S = 1.0  # at most; a third of shard.session.timeout.ms when that 
 PERSIST_TIMEOUT_S = 5.0
 REPORT_TIMEOUT_S = 60.0  # a LogServer Ray is still starting on a busy node may take this long
 START_REPORTS_TIMEOUT_S = 30.0
+STANDBY_SPARES_RECHECK_S = 10.0  # a node's spares per followed partition are checked at least this often
 
 
 def assignment_from_dict(d: dict) -> PartitionAssignment:
@@ -76,6 +77,11 @@ def _to_json(assignments: dict[int, PartitionAssignment]) -> bytes:
 
 def _from_json(raw: bytes) -> dict[int, PartitionAssignment]:
     return {int(p): assignment_from_dict(a) for p, a in json.loads(raw).items()}
+
+
+def followed_by(partitions: dict[int, PartitionAssignment], node: str) -> frozenset[int]:
+    """The partitions ``node`` holds a replica of while another node leads them."""
+    return frozenset(p for p, a in partitions.items() if node in a.replicas and a.leader not in (None, node))
 
 
 def node_report(raw: dict, node_id: str) -> NodeReport:
@@ -110,6 +116,10 @@ class Controller:
         self._confirmed: dict[int, tuple[str, float]] = {}
         self.events: deque[dict] = deque(maxlen=2_000)
         self._metrics = ControllerMetrics(namespace)
+        # Per node: (incarnation, partitions it follows, when) that its spares per partition were last
+        # seen to (``shard.standby.per.partition``), and the one task that sees to them.
+        self._standby_spares: dict[str, tuple[str, frozenset[int], float]] = {}
+        self._standby_task: asyncio.Task | None = None
         if ray.is_initialized():  # (never start a Ray just to ask: a plain instance has no loop to start)
             try:  # run the loop from the start, not from the first call (after a restart nobody may call)
                 ray.get_runtime_context().current_actor.ensure_running.remote()
@@ -181,6 +191,7 @@ class Controller:
                 self._meta = dataclasses.replace(before, partitions=self._meta.partitions, held=self._meta.held,
                                                  marked=self._meta.marked)
             self._metrics.refresh(self._meta.partitions, self.settings.replication_factor)
+        self._see_to_standby_spares()
 
     # ------------------------------------------------------------------------------------------
     # Observe
@@ -229,6 +240,36 @@ class Controller:
                 self._event({"event": "spare-started", "node": name})
         except Exception as e:  # noqa: BLE001 - the node gets one with the first shard started there
             log.info("could not start a spare on %s: %s", name, e)
+
+    def _see_to_standby_spares(self) -> None:
+        """In the background (one task at a time): every reported node gets a spare per partition it follows
+        when the partitions it follows changed, its incarnation did, or every ``STANDBY_SPARES_RECHECK_S``
+        (``ActorFactory.ensure_standby_spares``, which does nothing without ``shard.standby.per.partition``)."""
+        if self._obs is None or (self._standby_task is not None and not self._standby_task.done()):
+            return
+        now = time.monotonic()
+        todo = {}
+        for name, o in self._obs.nodes.items():
+            if not o.alive or name in self._meta.refused or self._meta.reported.get(name) != o.node_id:
+                continue
+            followed = followed_by(self._meta.partitions, name)
+            last = self._standby_spares.get(name)
+            if last is None or last[:2] != (o.node_id, followed) or now - last[2] > STANDBY_SPARES_RECHECK_S:
+                todo[name] = (o, followed)
+        if todo:
+            self._standby_task = asyncio.get_running_loop().create_task(self._ensure_standby_spares(todo))
+
+    async def _ensure_standby_spares(self, todo: dict) -> None:
+        for name, (o, followed) in sorted(todo.items()):
+            try:
+                started, stopped = await asyncio.to_thread(self._actors.ensure_standby_spares, name, set(followed),
+                                                           scheduling_for(o, name))
+            except Exception as e:  # noqa: BLE001 - tried again next round
+                log.info("could not see to the spares per partition on %s: %s", name, e)
+                continue
+            self._standby_spares[name] = (o.node_id, followed, time.monotonic())
+            if started or stopped:
+                self._event({"event": "standby-spares", "node": name, "started": started, "stopped": stopped})
 
     async def _report(self, name: str, node) -> dict:
         handle = await asyncio.to_thread(self._actors.ensure_log_server, name, scheduling_for(node, name))

@@ -125,6 +125,13 @@ class Cluster:
                                   "node": None})
         return out
 
+    def standby_status(self, node: str, timeout_s: float = 10) -> dict[str, dict]:
+        """The hot standbys of ``node``'s running spares (replicated deployments), by spare name: the
+        partition each stands by for (None: every partition the node follows) and how far it has read."""
+        if not self.replicated:
+            raise ValueError("hot standbys are kept on a replicated deployment's nodes only")
+        return self._factory.standbys(node, timeout_s)
+
     def kill_shard(self, partition: int) -> None:
         """Kill a shard's process the way a crash would; Ray restarts it (on its node) and it replays its log."""
         ray.kill(self.shard(partition), no_restart=False)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raygroups.actors.log_server import LogServer
 from raygroups.actors.shard_actor import CoordinatorShard
+from raygroups.coordinator.config import CoordinatorConfig
 from raygroups.placement.controller import Controller
 from raygroups.placement.model import Settings
 from raygroups.placement.nodes import COORDINATOR_RESOURCE, NODE_LABEL  # noqa: F401  (re-exported: placement defines them)
@@ -60,15 +62,28 @@ def log_server_name(node: str) -> str:
     return f"raygroups-logserver-{node}"
 
 
-def new_spare_name(node: str) -> str:
-    return f"{SPARE_PREFIX}{node}-{uuid.uuid4().hex[:8]}"
+def new_spare_name(node: str, standby_for: int | None = None) -> str:
+    """A new spare's name: ``raygroups-spare-<node>-<id>``, and ``-p<partition>`` after it for a spare that
+    stands by for one partition only (``shard.standby.per.partition``)."""
+    tag = "" if standby_for is None else f"-p{standby_for}"
+    return f"{SPARE_PREFIX}{node}-{uuid.uuid4().hex[:8]}{tag}"
+
+
+_SPARE_REST = re.compile(r"[0-9a-f]{8}(?:-p(0|[1-9][0-9]*))?")
+
+
+def spare_of(name: str, node: str) -> tuple[bool, int | None]:
+    """Whether ``name`` is one of ``node``'s spares (not one of node ``<node>-x``'s: names may have hyphens),
+    and the partition it stands by for (None: every partition the node follows, or none)."""
+    prefix = f"{SPARE_PREFIX}{node}-"
+    m = _SPARE_REST.fullmatch(name[len(prefix):]) if name.startswith(prefix) else None
+    if m is None:
+        return False, None
+    return True, None if m.group(1) is None else int(m.group(1))
 
 
 def is_spare_of(name: str, node: str) -> bool:
-    """Whether ``name`` is one of ``node``'s spares (not one of node ``<node>-x``'s: names may have hyphens)."""
-    prefix = f"{SPARE_PREFIX}{node}-"
-    rest = name[len(prefix):]
-    return name.startswith(prefix) and len(rest) == 8 and all(c in "0123456789abcdef" for c in rest)
+    return spare_of(name, node)[0]
 
 
 def _shard_actor_key(partition: int) -> bytes:
@@ -282,14 +297,21 @@ class ActorFactory:
                 time.sleep(0.05)
         return self.log_server(node)
 
-    def create_shard(self, partition: int | None, node: str, scheduling: dict[str, Any]):
-        """The shard of ``partition`` on ``node``, or (``None``) a spare for that node."""
+    @property
+    def standby_per_partition(self) -> bool:
+        return CoordinatorConfig.from_properties(self.config).shard_standby_per_partition
+
+    def create_shard(self, partition: int | None, node: str, scheduling: dict[str, Any],
+                     standby_for: int | None = None):
+        """The shard of ``partition`` on ``node``, or (``None``) a spare for that node: one standing by for
+        every partition the node follows, or (``standby_for``) for that partition only."""
         options = {**shard_actor_options(0 if partition is None else partition, self.namespace),
                    **placement_options(scheduling)}
         if partition is None:
-            options["name"] = new_spare_name(node)
+            options["name"] = new_spare_name(node, standby_for)
         return ray.remote(CoordinatorShard).options(**options).remote(
             partition, self.num_partitions, self.config, self.node_dir(node), 0, None, self.directory, True, node,
+            standby_for=standby_for,
         )
 
     def _shard_name(self, partition: int) -> str:
@@ -357,10 +379,13 @@ class ActorFactory:
         return None
 
     def replace_shard(self, partition: int, node: str, scheduling: dict[str, Any], timeout_s: float = 10.0):
-        """Kill whatever actor serves the partition, then serve it on ``node``: by a spare of that node that
-        is running, else by a new shard actor; and see that ``node`` has a spare for the next time."""
+        """Kill whatever actor serves the partition, then serve it on ``node``: by the running spare of that
+        node that stands by for this partition, else by its running spare for every partition, else by a
+        new shard actor; and see that ``node`` has a spare for the next time (a spare per partition is
+        ``ensure_standby_spares``' work)."""
         self.kill_shard(partition)
-        free = self.free_spares(node)
+        tags = {name: spare_of(name, node)[1] for name in self.free_spares(node)}
+        free = [n for n, t in tags.items() if t == partition] + [n for n, t in tags.items() if t is None]
         handle = self._adopt_spare(partition, free)
         if handle is None:
             self._set_shard_name(partition, shard_name(partition))
@@ -373,17 +398,66 @@ class ActorFactory:
                     if time.monotonic() > deadline:
                         raise
                     time.sleep(0.05)
-        if not free:  # the node's last spare was taken (or none was free): start the next one
-            self.create_shard(None, node, scheduling)
+        if not self.standby_per_partition and not [n for n in free if tags[n] is None]:
+            self.create_shard(None, node, scheduling)  # the node's last spare was taken: start the next one
         return handle
 
     def ensure_spare(self, node: str, scheduling: dict[str, Any]) -> bool:
         """See that ``node`` has a spare (running or starting), so that the first partition it ever leads
-        is adopted rather than started; True if one was started now."""
-        if self.free_spares(node):
+        is adopted rather than started; True if one was started now. With a spare per followed partition
+        (``shard.standby.per.partition``) those are the spares: nothing to do here."""
+        if self.standby_per_partition or any(spare_of(n, node)[1] is None for n in self.free_spares(node)):
             return False
         self.create_shard(None, node, scheduling)
         return True
+
+    def ensure_standby_spares(self, node: str, followed: set[int], scheduling: dict[str, Any]) -> tuple[list, list]:
+        """With ``shard.standby.per.partition``: one spare on ``node`` per partition it follows, standing by
+        for that partition only, and none for a partition it no longer follows (those are killed). Returns
+        the partitions whose spare was started now and the names of the spares stopped."""
+        if not self.standby_per_partition:
+            return [], []
+        have: dict[int, str] = {}
+        stopped = []
+        for name in self.free_spares(node):
+            tag = spare_of(name, node)[1]
+            if tag is None:
+                continue
+            if tag in followed and tag not in have:
+                have[tag] = name
+                continue
+            try:
+                ray.kill(ray.get_actor(name, namespace=self.namespace), no_restart=True)
+            except ValueError:
+                pass
+            kv_delete(_spare_bound_key(name), self.namespace)
+            stopped.append(name)
+        started = sorted(followed - set(have))
+        for p in started:
+            self.create_shard(None, node, scheduling, standby_for=p)
+        return started, stopped
+
+    def standbys(self, node: str, timeout_s: float = 10) -> dict[str, dict]:
+        """``standby_status()`` of each of ``node``'s running spares that keeps a standby, by name."""
+        refs = {}
+        for name in self.free_spares(node):
+            try:
+                handle = ray.get_actor(name, namespace=self.namespace)
+            except ValueError:
+                continue
+            if actor_state(actor_id(handle)) == "ALIVE":
+                refs[name] = handle.standby_status.remote()
+        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s) if refs else ([], [])
+        out = {}
+        for name, ref in refs.items():
+            if ref in ready:
+                try:
+                    status = ray.get(ref, timeout=0)
+                except ray.exceptions.RayError:
+                    continue
+                if status is not None:
+                    out[name] = status
+        return out
 
     def stop_spares(self) -> None:
         """Kill every spare of the deployment and forget which partitions spares serve (shutdown)."""

@@ -1,4 +1,5 @@
-"""A simulated 3-coordinator-node deployment for the module (about 10 s to start)."""
+"""A simulated 3-coordinator-node deployment for the module (about 10 s to start), with a spare per followed
+partition (``shard.standby.per.partition``)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ def cluster(tmp_path_factory):
         ray.shutdown()
     c = start_local(num_partitions=4, num_nodes=3, data_dir=tmp_path_factory.mktemp("data"),
                     config={"group.initial.rebalance.delay.ms": 0, "group.min.session.timeout.ms": 10,
-                            "request.timeout.ms": 30_000})
+                            "request.timeout.ms": 30_000, "shard.standby.per.partition": True})
     c.create_topic("orders", 1)
     yield c
     c.shutdown()

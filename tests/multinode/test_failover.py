@@ -13,6 +13,7 @@ from collections import Counter
 import pytest
 
 from raygroups import Errors, partition_for
+from raygroups.ray_seam import shard_actor_name
 from tests.multinode.conftest import (
     Workload,
     check_followers_match_leader,
@@ -50,14 +51,33 @@ def test_leader_node_loss(cluster, graceful):
         victim = _busiest_leader(cluster)
         moved = [p for p, n in cluster.partition_leaders().items() if n == victim]
         epochs = {p: cluster.partition_state(p)["leader_epoch"] for p in moved}
+        wait_for(lambda: all(_standing_by(cluster, n, p) for p in moved for n in _followers(cluster, p)),
+                 what="a running spare on each follower of each moved partition, standing by for it")
+        survivors = [n for n in cluster.coordinator_nodes() if n != victim]
+        spares_before = {n: cluster.standby_status(n) for n in survivors}
         before = dict(work.acked)
         cluster.kill_node(victim, graceful=graceful)
         wait_for(lambda: all(cluster.partition_state(p)["leader"] not in (None, victim) for p in moved),
                  what="new leaders")
         wait_for(lambda: work.progressed(before), what="commits after the failover")
         work.observe()
+    statuses = cluster.shard_status()
+    adopted = {}
     for p in moved:
         assert cluster.partition_state(p)["leader_epoch"] > epochs[p]
+        # Every partition of the lost leader was a promotion by the spare that stood by for it alone
+        # (shard.standby.per.partition) ...
+        timeline = statuses[p]["start_timeline"]
+        assert "standby_promoted" in timeline and statuses[p]["standby_refused"] is None, (p, statuses[p])
+        name = shard_actor_name(p, cluster.namespace)
+        assert spares_before[statuses[p]["node"]][name]["standby_for"] == p, (p, name, spares_before)
+        adopted[name] = p
+    # ... and the new leaders' other spares go on standing by, untouched, for what their nodes still follow
+    # (with one spare per node, a promotion takes the standbys of every partition the node follows).
+    for n in survivors:
+        still = {name for name, s in spares_before[n].items() if name not in adopted
+                 and s["standby_for"] in _followed(cluster, n)}
+        assert still <= set(cluster.standby_status(n)), (n, still, cluster.standby_status(n))
     work.check_invariants()
     check_one_shard_per_partition(cluster)
     check_followers_match_leader(cluster)
@@ -65,15 +85,16 @@ def test_leader_node_loss(cluster, graceful):
 
 
 def test_paused_leader_shard_is_fenced_and_replaced_by_the_successors_spare(cluster):
-    """The new leader's shard is the spare process its node kept running (no process to start), which
-    continues the hot standby it kept of the partition (no whole-log replay), and that node gets a new
-    spare for the next failover."""
+    """The new leader's shard is the spare process its node kept running for the partition (no process to
+    start), which continues the hot standby it kept of it (no whole-log replay), and the old leader's
+    node, a follower now, gets a spare standing by for it."""
     with Workload(cluster, "pause") as work:
         wait_for(lambda: work.progressed({}), what="commits before the fault")
         p = partition_for(work.stable, cluster.num_partitions)
         state = cluster.partition_state(p)
-        followers = [n for n in state["isr"] if n != state["leader"]]
-        wait_for(lambda: all(_running_spare(cluster, n) for n in followers), what="a running spare on each follower")
+        followers = _followers(cluster, p)
+        wait_for(lambda: all(_standing_by(cluster, n, p) for n in followers),
+                 what="a running spare on each follower, standing by for the partition")
         pid = cluster.shard_status()[p]["pid"]
         before = dict(work.acked)
         os.kill(pid, signal.SIGSTOP)
@@ -95,20 +116,27 @@ def test_paused_leader_shard_is_fenced_and_replaced_by_the_successors_spare(clus
     assert timeline["process_started"] < timeline["adopted"] - 1, timeline  # running before the failover
     assert adopted["standby_refused"] is None and adopted["standby_tailed"] is not None, adopted
     assert "standby_promoted" in timeline, timeline
-    wait_for(lambda: _running_spare(cluster, adopted["node"]), what="a new spare on the new leader's node")
+    # The paused leader's node now follows the partition: it gets a spare standing by for it.
+    wait_for(lambda: _standing_by(cluster, state["leader"], p), timeout_s=60,
+             what="a spare standing by for the partition on the old leader's node")
     work.check_invariants()
     check_one_shard_per_partition(cluster)
     check_followers_match_leader(cluster)
     _restore(cluster)
 
 
-def _running_spare(cluster, node: str) -> bool:
-    import ray
+def _followers(cluster, partition: int) -> list[str]:
+    state = cluster.partition_state(partition)
+    return [n for n in state["isr"] if n != state["leader"]]
 
-    from raygroups.ray_seam import actor_id, actor_state
 
-    return any(actor_state(actor_id(ray.get_actor(name, namespace=cluster.namespace))) == "ALIVE"
-               for name in cluster._factory.free_spares(node))
+def _followed(cluster, node: str) -> set[int]:
+    return {p for p in range(cluster.num_partitions) if node in _followers(cluster, p)}
+
+
+def _standing_by(cluster, node: str, partition: int) -> bool:
+    """Whether a running spare of ``node`` keeps a hot standby of ``partition``."""
+    return any(partition in s["partitions"] for s in cluster.standby_status(node).values())
 
 
 def test_followers_lost_then_writes_refused_then_back(cluster):

@@ -84,7 +84,14 @@ def test_a_spare_serves_nothing_until_it_adopts_and_serves_that_partition_again_
     import ray
     from ray.experimental import internal_kv
 
-    from raygroups.ray_seam import SPARE_BOUND_KEY_PREFIX, ActorFactory, kv_put
+    from raygroups.ray_seam import (
+        SPARE_BOUND_KEY_PREFIX,
+        ActorFactory,
+        actor_id,
+        actor_state,
+        kv_put,
+        spare_of,
+    )
 
     namespace = "test-spare"
     factory = ActorFactory(namespace, 4, {}, str(tmp_path))
@@ -115,6 +122,21 @@ def test_a_spare_serves_nothing_until_it_adopts_and_serves_that_partition_again_
     here = {"node_id": ray.get_runtime_context().get_node_id()}
     assert factory.ensure_spare("n2", here) is True
     assert factory.ensure_spare("n2", here) is False and len(factory.free_spares("n2")) == 1
+    # A spare per followed partition (shard.standby.per.partition): one for each partition the node
+    # follows, none for one it no longer follows, none for every partition; a failover onto the node
+    # adopts the one of its partition.
+    per = ActorFactory(namespace, 4, {"shard.standby.per.partition": True}, str(tmp_path))
+    assert per.ensure_spare("n3", here) is False
+    assert per.ensure_standby_spares("n3", {1, 2}, here) == ([1, 2], [])
+    wait_for(lambda: len(per.free_spares("n3")) == 2, what="the spares per partition to be named")
+    tagged = {spare_of(n, "n3")[1]: n for n in per.free_spares("n3")}
+    assert set(tagged) == {1, 2}
+    assert per.ensure_standby_spares("n3", {2, 3}, here) == ([3], [tagged[1]])
+    wait_for(lambda: all(actor_state(actor_id(ray.get_actor(n, namespace=namespace))) == "ALIVE"
+                         for n in per.free_spares("n3")), what="the spares per partition to run")
+    adopted = per.replace_shard(2, "n3", here)
+    assert actor_id(adopted) == actor_id(ray.get_actor(tagged[2], namespace=namespace))
+    assert sorted(spare_of(n, "n3")[1] for n in per.free_spares("n3")) == [3]  # and no spare for all
     factory.stop_spares()
     assert not [a for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == namespace]
     assert internal_kv._internal_kv_list(SPARE_BOUND_KEY_PREFIX, namespace=namespace) == []

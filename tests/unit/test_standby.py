@@ -296,3 +296,25 @@ def test_a_batch_bigger_than_a_reads_share_still_reaches_the_standby(tmp_path):
         assert await node.poll() == 0  # and then nothing: no busy loop
 
     asyncio.run(scenario())
+
+
+def test_a_standby_for_one_partition_reads_that_partition_only(tmp_path):
+    """``shard.standby.per.partition``: a spare's standby asks the LogServer for its one partition
+    (``tail(..., only=p)``), and gets nothing for a partition the node does not follow."""
+
+    async def scenario():
+        server = LogServer("F", str(tmp_path / "F"), SEGMENT_BYTES, None)
+        for p in (0, 1):
+            assert (await server.update_partition(p, _state("L", 1, 1)))["ok"]
+            assert (await server.append(p, [Batch(0, 1, 1_000, _records(p))], 1))["ok"]
+        assert (await server.update_partition(2, _state("F", 1, 1)))["ok"]  # led here: not followed
+        assert set((await server.tail({}, 1 << 20))["partitions"]) == {0, 1}
+        assert set((await server.tail({}, 1 << 20, 1))["partitions"]) == {1}
+        assert (await server.tail({}, 1 << 20, 2))["partitions"] == {}
+        loop = asyncio.get_running_loop()
+        standby = Standby(lambda positions, max_bytes: asyncio.run_coroutine_threadsafe(
+            server.tail(positions, max_bytes, 1), loop).result(10))
+        assert await asyncio.to_thread(standby.poll) == 1
+        assert list(standby.status()) == [1] and standby.status()[1]["next_offset"] == 1
+
+    asyncio.run(scenario())
