@@ -18,12 +18,15 @@ log-matching argument; with the two checks before it, a last guard). Then the lo
 prefix followed by more batches, which are replayed on top. Anything else, or a batch after the
 position that cannot be replayed, and the shard replays the whole log into a fresh state as it would
 without a standby. The other partitions' standbys go with the spare: the spare the controller starts
-next builds them again.
+next builds them again -- unless each spare stands by for one partition (``shard.standby.per.partition``:
+the controller keeps one spare per followed partition, and the LogServer's ``tail`` reads that partition
+only), so that every partition of a lost leader is a promotion and the node's other standbys stay.
 
 Not Kafka's: Kafka's group coordinator loads a partition from the log when it becomes leader
 (``CoordinatorLoaderImpl``); its followers keep no replayed state. Costs: every followed partition's
 state in the spare's memory (``shard.standby.enable`` turns it off) and a ``tail`` call to the LogServer
-every ``STANDBY_POLL_S`` (one call for all the node's partitions).
+every ``STANDBY_POLL_S`` while batches come, up to ``STANDBY_IDLE_POLL_MAX_S`` apart while none do (one
+call for all the node's partitions).
 """
 
 from __future__ import annotations
@@ -39,7 +42,8 @@ from raygroups.offsets_log.loader import Replayer, gc_paused
 
 log = logging.getLogger(__name__)
 
-STANDBY_POLL_S = 0.25  # between reads when nothing new came (at once again while there was)
+STANDBY_POLL_S = 0.25  # between reads when nothing new came (at once again while there was) ...
+STANDBY_IDLE_POLL_MAX_S = 1.0  # ... doubling up to this while nothing comes (an idle spare's CPU)
 STANDBY_READ_BYTES = 8 << 20  # per read, all partitions together
 
 
@@ -125,14 +129,18 @@ class Standby:
         self._thread.start()
 
     def _run(self) -> None:
+        wait = STANDBY_POLL_S
         while not self._stopped.is_set():
             try:
                 fed = self.poll()
             except Exception as e:  # noqa: BLE001 - a LogServer away or restarting: try again later
                 log.debug("%s: read failed: %s: %s", self._name, type(e).__name__, e)
                 fed = 0
-            if not fed:
-                self._stopped.wait(STANDBY_POLL_S)
+            if fed:
+                wait = STANDBY_POLL_S
+            else:
+                self._stopped.wait(wait)
+                wait = min(2 * wait, STANDBY_IDLE_POLL_MAX_S)
 
     def poll(self) -> int:
         """One read of every followed partition; returns how many batches were applied."""

@@ -193,21 +193,40 @@ def _standbys_read(cluster, partitions: list[int]) -> bool:
     return True
 
 
-def _spare_memory(cluster) -> dict:
-    """Resident and unique memory of the running spares' processes (all on this machine)."""
+def _spare_costs(cluster, window_s: float = 5.0) -> dict:
+    """Resident and unique memory of the running spares' processes (all on this machine), and the CPU they
+    and the whole machine use over ``window_s`` while nothing is written (the standbys' polling)."""
     import psutil  # Ray's own dependency
 
-    rss, uss = [], []
+    procs = []
     for node in cluster.coordinator_nodes():
         for s in cluster.standby_status(node).values():
             try:
-                info = psutil.Process(s["pid"]).memory_full_info()
+                procs.append(psutil.Process(s["pid"]))
             except psutil.Error:
                 continue
-            rss.append(info.rss)
-            uss.append(info.uss)
+    rss, uss, cpu0 = [], [], {}
+    for proc in procs:
+        try:
+            info = proc.memory_full_info()
+            cpu0[proc.pid] = sum(proc.cpu_times()[:2])
+        except psutil.Error:
+            continue
+        rss.append(info.rss)
+        uss.append(info.uss)
+    machine0, t0 = psutil.cpu_times(), time.monotonic()
+    time.sleep(window_s)
+    spent = 0.0
+    for proc in procs:
+        try:
+            spent += sum(proc.cpu_times()[:2]) - cpu0[proc.pid]
+        except (psutil.Error, KeyError):
+            continue
+    machine1, elapsed = psutil.cpu_times(), time.monotonic() - t0
+    busy = (machine1.user + machine1.system - machine0.user - machine0.system) / elapsed
     return {"spares": len(rss), "rss_mb_mean": round(sum(rss) / len(rss) / 2**20, 1) if rss else None,
-            "uss_mb_mean": round(sum(uss) / len(uss) / 2**20, 1) if uss else None}
+            "uss_mb_mean": round(sum(uss) / len(uss) / 2**20, 1) if uss else None,
+            "spares_cpu_cores_idle": round(spent / elapsed, 3), "machine_cpu_cores_idle": round(busy, 3)}
 
 
 def measure_node_loss(per_partition: bool, num_partitions: int, records: int) -> dict:
@@ -230,7 +249,7 @@ def measure_node_loss(per_partition: bool, num_partitions: int, records: int) ->
             if time.monotonic() > deadline:
                 raise TimeoutError("the followers' standbys did not read the filled logs")
             time.sleep(0.5)
-        memory = _spare_memory(cluster)
+        memory = _spare_costs(cluster)
         client = cluster.client()
         events_before = len(cluster.controller_events())
         done: dict[int, tuple[float, dict]] = {}

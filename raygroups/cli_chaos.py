@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from raygroups.cli import _ERRORS, _fail, main
+from raygroups.cli import _ERRORS, _fail, _parse_config, main
 from raygroups.cluster import DEFAULT_NAMESPACE
 
 
@@ -33,6 +33,9 @@ def _positive(name: str, value: float, limit: float) -> None:
 @click.option("--consumers", type=int, default=3, show_default=True, help="Consumer actors per group.")
 @click.option("--nodes", type=int, default=3, show_default=True,
               help="Simulated coordinator nodes of the embedded default (1: a single-node Ray).")
+@click.option("--config", "config_items", multiple=True, metavar="KEY=VALUE",
+              help="A property of the embedded default's coordinator, such as shard.standby.per.partition=true "
+                   "(repeatable).")
 @click.option("--address", default=None, help="Run against the deployment of this Ray cluster instead.")
 @click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True)
 @click.option("--out", "out", default="chaos-out", show_default=True, type=click.Path(file_okay=False),
@@ -40,7 +43,8 @@ def _positive(name: str, value: float, limit: float) -> None:
 @click.option("--list-faults", is_flag=True, help="Print the fault catalogue and exit.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON at the end instead of a summary.")
 def run(seconds: float, seed: int, faults: str, rate: float, groups: int, consumers: int, nodes: int,
-        address: str | None, namespace: str, out: str, list_faults: bool, as_json: bool) -> None:
+        config_items: tuple[str, ...], address: str | None, namespace: str, out: str, list_faults: bool,
+        as_json: bool) -> None:
     """Run the failover chaos benchmark: a workload of consumer groups under a seeded fault schedule, then
     the checker's verdict (exit 0 valid, 1 violated or failed) and the report's paths."""
     from raygroups.chaos.faults import CATALOGUE, parse_faults
@@ -57,15 +61,23 @@ def run(seconds: float, seed: int, faults: str, rate: float, groups: int, consum
         raise click.BadParameter(f"must be 1..20, got {consumers}", param_hint="--consumers")
     if not 1 <= nodes <= 9:
         raise click.BadParameter(f"must be 1..9, got {nodes}", param_hint="--nodes")
+    from raygroups.chaos.run import RunOptions, coordinator_config
+
+    config = _parse_config(config_items)
+    if config and address is not None:
+        raise click.BadParameter("applies to the embedded default only (a deployment reached by --address keeps "
+                                 "its own)", param_hint="--config")
+    try:
+        coordinator_config(config)
+    except (ValueError, TypeError) as e:
+        raise click.BadParameter(str(e), param_hint="--config") from None
     # A deployment reached by address is not simulated here: only the faults that need no node control.
     try:
         chosen = parse_faults(faults, replicated=address is None and nodes > 1)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--faults") from None
-    from raygroups.chaos.run import RunOptions
-
     options = RunOptions(seconds=seconds, seed=seed, rate=rate, groups=groups, consumers=consumers, nodes=nodes,
-                         out=out, address=address, namespace=namespace)
+                         out=out, address=address, namespace=namespace, config=config)
     sys.exit(run_benchmark(options, chosen, as_json))
 
 

@@ -73,6 +73,17 @@ class RunOptions:
     out: str = "chaos-out"
     address: str | None = None
     namespace: str = "raygroups"
+    config: dict = field(default_factory=dict)  # properties of the embedded default's coordinator
+
+
+def coordinator_config(extra: dict) -> dict:
+    """The embedded default's coordinator properties: the run's own, then ``extra`` (checked: a
+    ``ValueError`` names a property that does not exist or a value out of its range)."""
+    from raygroups.coordinator.config import CoordinatorConfig
+
+    config = {"group.initial.rebalance.delay.ms": 1_000, "group.min.session.timeout.ms": 1_000, **extra}
+    CoordinatorConfig.from_properties(config)
+    return config
 
 
 @dataclass
@@ -372,7 +383,7 @@ def run(options: RunOptions, faults: list[str], view: Any) -> RunResult:
     from raygroups.cluster import connect, start_local
 
     os.makedirs(options.out, exist_ok=True)
-    config = {"group.initial.rebalance.delay.ms": 1_000, "group.min.session.timeout.ms": 1_000}
+    config = coordinator_config(options.config)
     disks = NodeDisks(options.nodes) if options.address is None and options.nodes > 1 and "disk-full" in faults \
         else None
     left_out = None

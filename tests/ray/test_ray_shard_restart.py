@@ -79,8 +79,9 @@ def test_kill_a_shard_during_commits(cluster):
 def test_a_spare_serves_nothing_until_it_adopts_and_serves_that_partition_again_after_a_restart(cluster, tmp_path):
     """A replicated deployment's spare shard process (``ActorFactory``): it answers nothing before it adopts
     a partition, adopts one partition only, and when Ray restarts its process it serves that partition
-    again (it finds it in the GCS); ``ensure_spare`` gives a node one; ``stop_spares`` leaves neither actor
-    nor entry behind."""
+    again (it finds it in the GCS); ``ensure_spare`` gives a node one, which a failover onto the node
+    adopts; with ``shard.standby.per.partition`` a node has one spare per partition it follows and a
+    failover adopts the partition's own; ``stop_spares`` leaves neither actor nor entry behind."""
     import ray
     from ray.experimental import internal_kv
 
@@ -122,6 +123,13 @@ def test_a_spare_serves_nothing_until_it_adopts_and_serves_that_partition_again_
     here = {"node_id": ray.get_runtime_context().get_node_id()}
     assert factory.ensure_spare("n2", here) is True
     assert factory.ensure_spare("n2", here) is False and len(factory.free_spares("n2")) == 1
+    # A failover onto n2 adopts its running spare, and a new one is started behind it.
+    (n2_spare,) = factory.free_spares("n2")
+    wait_for(lambda: actor_state(actor_id(ray.get_actor(n2_spare, namespace=namespace))) == "ALIVE",
+             what="n2's spare to run")
+    assert actor_id(factory.replace_shard(3, "n2", here)) == actor_id(ray.get_actor(n2_spare, namespace=namespace))
+    wait_for(lambda: factory.free_spares("n2"), what="n2's next spare to be named")
+    assert n2_spare not in factory.free_spares("n2") and len(factory.free_spares("n2")) == 1
     # A spare per followed partition (shard.standby.per.partition): one for each partition the node
     # follows, none for one it no longer follows, none for every partition; a failover onto the node
     # adopts the one of its partition.

@@ -34,6 +34,17 @@ def test_usage_errors_exit_2(args, message):
 
 
 @pytest.mark.parametrize(("args", "message"), [
+    (("--config", "shard.standby.per.partition"), "is not KEY=VALUE"),
+    (("--config", "no.such.property=1"), "unknown coordinator property 'no.such.property'"),
+    (("--config", "shard.standby.per.partition=3"), "shard.standby.per.partition must be true or false, got int 3"),
+    (("--config", "shard.standby.per.partition=true", "--address", "auto"), "applies to the embedded default only"),
+])
+def test_chaos_run_config_errors_exit_2_before_anything_starts(args, message):
+    result = run("chaos", "run", "--seconds", "1", *args)
+    assert result.exit_code == 2 and message in result.output, result.output
+
+
+@pytest.mark.parametrize(("args", "message"), [
     (("--data-dir", "relative/dir"), "data_dir must be an absolute path"),
     (("--data-dir", "/d", "--config", "group.max.size=0"), "group.max.size must be in [1, 2147483647], got 0"),
     (("--data-dir", "/d", "--config", "no.such.property=1"), "unknown coordinator property 'no.such.property'"),
