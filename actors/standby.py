@@ -25,8 +25,8 @@ only), so that every partition of a lost leader is a promotion and the node's ot
 Not Kafka's: Kafka's group coordinator loads a partition from the log when it becomes leader
 (``CoordinatorLoaderImpl``); its followers keep no replayed state. Costs: every followed partition's
 state in the spare's memory (``shard.standby.enable`` turns it off) and a ``tail`` call to the LogServer
-every ``STANDBY_POLL_S`` while batches come, up to ``STANDBY_IDLE_POLL_MAX_S`` apart while none do (one
-call for all the node's partitions).
+at once again while batches come, ``STANDBY_POLL_S`` after a read that brought nothing, doubling up to
+``STANDBY_IDLE_POLL_MAX_S`` while nothing comes (one call for all the partitions the spare stands by for).
 """
 
 from __future__ import annotations

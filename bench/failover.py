@@ -254,24 +254,33 @@ def measure_node_loss(per_partition: bool, num_partitions: int, records: int) ->
         events_before = len(cluster.controller_events())
         done: dict[int, tuple[float, dict]] = {}
 
+        failed: dict[int, str] = {}
+        give_up = time.monotonic() + 300
+
         def first_commit(p: int) -> None:
             n = 0
-            while True:
-                n += 1
-                r = client.commit_offsets(group_id=groups[p], offsets={(FILL_TOPIC, 0): (n, "")}).result(120)
-                if r.errors[(FILL_TOPIC, 0)] is Errors.NONE:
-                    status = _served_by_new_leader(cluster, p, victim)
-                    if status is not None:
-                        done[p] = (time.time(), status)
-                        return
+            try:
+                while time.monotonic() < give_up:
+                    n += 1
+                    r = client.commit_offsets(group_id=groups[p], offsets={(FILL_TOPIC, 0): (n, "")}).result(120)
+                    if r.errors[(FILL_TOPIC, 0)] is Errors.NONE:
+                        status = _served_by_new_leader(cluster, p, victim)
+                        if status is not None:
+                            done[p] = (time.time(), status)
+                            return
+                failed[p] = "no commit served by a new leader within 300 s"
+            except Exception as e:  # noqa: BLE001 - reported below with the partition
+                failed[p] = f"{type(e).__name__}: {e}"
 
         t_kill = time.time()
         cluster.kill_node(victim, graceful=False)
-        threads = [threading.Thread(target=first_commit, args=(p,)) for p in moved]
+        threads = [threading.Thread(target=first_commit, args=(p,), daemon=True) for p in moved]
         for t in threads:
             t.start()
         for t in threads:
-            t.join(300)
+            t.join()
+        if failed:
+            raise RuntimeError(f"node loss: partitions without a first commit: {failed}")
         events = cluster.controller_events()[events_before:]
         dead = next((e["t"] for e in events if e["event"] == "node-dead" and e.get("node") == victim), None)
         partitions = []

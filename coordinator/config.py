@@ -112,10 +112,12 @@ class CoordinatorConfig:
     # One spare process per followed partition instead of one per node: the node's single spare is one
     # process and becomes the shard of the first partition it is handed, so when a node dies leading
     # several partitions only the first to fail over onto each survivor is promoted from its standby (the
-    # others start a process and replay their log). With this, each spare stands by for one partition and
-    # every failover is a promotion, and a promotion leaves the node's other standbys as they are. Costs a
-    # process per followed partition (measured here: 66 MB of its own, 135 MB resident, 1 % of a core
-    # while idle); the standbys' state is held once either way.
+    # others start a process and replay their log). With this, each spare stands by for one partition, so
+    # every failover onto a node whose spare for the partition runs is a promotion, and it leaves the
+    # node's other standbys as they are (a node that just joined, or just stopped leading the partition,
+    # gets that spare within a controller round or two, then a process start and a read of the log).
+    # Costs a process per followed partition (measured here: 68 MB of its own, 137 MB resident, 1 % of a
+    # core while idle); the standbys' state is held once either way. Needs shard.standby.enable.
     shard_standby_per_partition: bool = False
 
     def __post_init__(self) -> None:

@@ -80,8 +80,8 @@ def _from_json(raw: bytes) -> dict[int, PartitionAssignment]:
 
 
 def followed_by(partitions: dict[int, PartitionAssignment], node: str) -> frozenset[int]:
-    """The partitions ``node`` holds a replica of while another node leads them."""
-    return frozenset(p for p, a in partitions.items() if node in a.replicas and a.leader not in (None, node))
+    """The partitions ``node`` holds a replica of while another node leads them, or none does."""
+    return frozenset(p for p, a in partitions.items() if node in a.replicas and a.leader != node)
 
 
 def node_report(raw: dict, node_id: str) -> NodeReport:
@@ -262,8 +262,10 @@ class Controller:
     async def _ensure_standby_spares(self, todo: dict) -> None:
         for name, (o, followed) in sorted(todo.items()):
             try:
-                started, stopped = await asyncio.to_thread(self._actors.ensure_standby_spares, name, set(followed),
-                                                           scheduling_for(o, name))
+                # What the node follows is read again once no failover is choosing among its spares.
+                started, stopped = await asyncio.to_thread(
+                    self._actors.ensure_standby_spares, name,
+                    lambda name=name: set(followed_by(self._meta.partitions, name)), scheduling_for(o, name))
             except Exception as e:  # noqa: BLE001 - tried again next round
                 log.info("could not see to the spares per partition on %s: %s", name, e)
                 continue

@@ -36,6 +36,8 @@ from raygroups.ray_seam import (
     NODE_LABEL,
     ActorFactory,
     Directory,
+    actor_id,
+    actor_state,
     add_simulated_node,
     create_shard,
     kv_delete,
@@ -326,6 +328,11 @@ class Cluster:
         except (ray.exceptions.RayError, TimeoutError):
             pass
         ray.kill(controller, no_restart=True)
+        # Wait for it to be gone: a kill returns at once, and a controller still running could start a
+        # spare after ``_stop_shards`` has listed them.
+        deadline = time.monotonic() + 10
+        while actor_state(actor_id(controller)) not in ("DEAD", None) and time.monotonic() < deadline:
+            time.sleep(0.05)
         return names
 
     def _stop_shards(self) -> None:

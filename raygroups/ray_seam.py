@@ -11,8 +11,10 @@ import json
 import logging
 import os
 import re
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +49,10 @@ SPARE_PREFIX = "raygroups-spare-"
 ADOPT_TIMEOUT_S = 5.0
 
 log = logging.getLogger(__name__)
+
+# Choosing among a node's spares (a failover adopting one, the controller's background task starting and
+# stopping spares per partition) happens in one of them at a time: both run in the controller's threads.
+_SPARES_LOCK = threading.Lock()
 
 
 def add_simulated_node(ray_cluster, name: str):
@@ -299,7 +305,8 @@ class ActorFactory:
 
     @property
     def standby_per_partition(self) -> bool:
-        return CoordinatorConfig.from_properties(self.config).shard_standby_per_partition
+        config = CoordinatorConfig.from_properties(self.config)
+        return config.shard_standby_enable and config.shard_standby_per_partition
 
     def create_shard(self, partition: int | None, node: str, scheduling: dict[str, Any],
                      standby_for: int | None = None):
@@ -383,6 +390,10 @@ class ActorFactory:
         node that stands by for this partition, else by its running spare for every partition, else by a
         new shard actor; and see that ``node`` has a spare for the next time (a spare per partition is
         ``ensure_standby_spares``' work)."""
+        with _SPARES_LOCK:
+            return self._replace_shard(partition, node, scheduling, timeout_s)
+
+    def _replace_shard(self, partition: int, node: str, scheduling: dict[str, Any], timeout_s: float):
         self.kill_shard(partition)
         tags = {name: spare_of(name, node)[1] for name in self.free_spares(node)}
         free = [n for n, t in tags.items() if t == partition] + [n for n, t in tags.items() if t is None]
@@ -406,23 +417,33 @@ class ActorFactory:
         """See that ``node`` has a spare (running or starting), so that the first partition it ever leads
         is adopted rather than started; True if one was started now. With a spare per followed partition
         (``shard.standby.per.partition``) those are the spares: nothing to do here."""
-        if self.standby_per_partition or any(spare_of(n, node)[1] is None for n in self.free_spares(node)):
+        if self.standby_per_partition:
             return False
-        self.create_shard(None, node, scheduling)
-        return True
+        with _SPARES_LOCK:
+            if any(spare_of(n, node)[1] is None for n in self.free_spares(node)):
+                return False
+            self.create_shard(None, node, scheduling)
+            return True
 
-    def ensure_standby_spares(self, node: str, followed: set[int], scheduling: dict[str, Any]) -> tuple[list, list]:
+    def ensure_standby_spares(self, node: str, followed: set[int] | Callable[[], set[int]],
+                              scheduling: dict[str, Any]) -> tuple[list, list]:
         """With ``shard.standby.per.partition``: one spare on ``node`` per partition it follows, standing by
         for that partition only, and none for a partition it no longer follows (those are killed). Returns
-        the partitions whose spare was started now and the names of the spares stopped."""
+        the partitions whose spare was started now and the names of the spares stopped. ``followed`` may be
+        a function, called once no failover is choosing among the node's spares (``replace_shard``), so
+        that it says what the node follows after the failovers decided so far."""
         if not self.standby_per_partition:
             return [], []
+        with _SPARES_LOCK:
+            return self._ensure_standby_spares(node, set(followed() if callable(followed) else followed), scheduling)
+
+    def _ensure_standby_spares(self, node: str, followed: set[int], scheduling: dict[str, Any]) -> tuple[list, list]:
         have: dict[int, str] = {}
         stopped = []
         for name in self.free_spares(node):
             tag = spare_of(name, node)[1]
-            if tag is None:
-                continue
+            if tag is None or kv_get(_spare_bound_key(name), self.namespace) is not None:
+                continue  # a spare for every partition, or one recorded as adopting a partition: not ours
             if tag in followed and tag not in have:
                 have[tag] = name
                 continue

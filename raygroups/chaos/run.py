@@ -76,13 +76,18 @@ class RunOptions:
     config: dict = field(default_factory=dict)  # properties of the embedded default's coordinator
 
 
-def coordinator_config(extra: dict) -> dict:
+def coordinator_config(extra: dict, session_timeout_ms: int = RunOptions.session_timeout_ms) -> dict:
     """The embedded default's coordinator properties: the run's own, then ``extra`` (checked: a
-    ``ValueError`` names a property that does not exist or a value out of its range)."""
+    ``ValueError`` names a property that does not exist, a value out of its range, or session bounds that
+    refuse the workload's consumers)."""
     from raygroups.coordinator.config import CoordinatorConfig
 
     config = {"group.initial.rebalance.delay.ms": 1_000, "group.min.session.timeout.ms": 1_000, **extra}
-    CoordinatorConfig.from_properties(config)
+    c = CoordinatorConfig.from_properties(config)
+    if not c.group_min_session_timeout_ms <= session_timeout_ms <= c.group_max_session_timeout_ms:
+        raise ValueError(f"the workload's consumers use {session_timeout_ms} ms sessions: "
+                         f"group.min.session.timeout.ms ({c.group_min_session_timeout_ms}) and "
+                         f"group.max.session.timeout.ms ({c.group_max_session_timeout_ms}) must allow them")
     return config
 
 
@@ -383,7 +388,7 @@ def run(options: RunOptions, faults: list[str], view: Any) -> RunResult:
     from raygroups.cluster import connect, start_local
 
     os.makedirs(options.out, exist_ok=True)
-    config = coordinator_config(options.config)
+    config = coordinator_config(options.config, options.session_timeout_ms)
     disks = NodeDisks(options.nodes) if options.address is None and options.nodes > 1 and "disk-full" in faults \
         else None
     left_out = None

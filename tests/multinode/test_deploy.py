@@ -69,11 +69,22 @@ def test_deploy_before_the_workers_join_then_fail_over_resume_and_refuse(ray_clu
             wait_for(lambda: work.progressed({}), what="commits before the fault")
             victim = Counter(cluster.partition_leaders().values()).most_common(1)[0][0]
             moved = [p for p, n in cluster.partition_leaders().items() if n == victim]
+            survivors = [n for n in NAMES if n != victim]
+            wait_for(lambda: all(any(p in s["partitions"] for s in cluster.standby_status(n).values())
+                                 for p in moved for n in survivors if n in cluster.partition_state(p)["isr"]),
+                     what="each survivor's spare standing by for the partitions it follows")
             before = dict(work.acked)
             ray_cluster.remove_node(nodes.pop(victim), allow_graceful=False)
             wait_for(lambda: all(cluster.partition_state(p)["leader"] not in (None, victim) for p in moved),
                      what="new leaders")
             wait_for(lambda: work.progressed(before), what="commits after the failover")
+        # One spare per node (the default): on each node that took a moved partition, the first was the
+        # node's spare continuing its hot standby, and the node has a new spare behind it.
+        statuses = cluster.shard_status()
+        for n in sorted({statuses[p]["node"] for p in moved}):
+            taken = [statuses[p] for p in moved if statuses[p]["node"] == n]
+            assert any("standby_promoted" in s["start_timeline"] for s in taken), taken
+            wait_for(lambda n=n: cluster.standby_status(n), what=f"a new spare on {n}")
         work.check_invariants()
         check_one_shard_per_partition(cluster)
         check_followers_match_leader(cluster)

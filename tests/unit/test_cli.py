@@ -38,6 +38,7 @@ def test_usage_errors_exit_2(args, message):
     (("--config", "no.such.property=1"), "unknown coordinator property 'no.such.property'"),
     (("--config", "shard.standby.per.partition=3"), "shard.standby.per.partition must be true or false, got int 3"),
     (("--config", "shard.standby.per.partition=true", "--address", "auto"), "applies to the embedded default only"),
+    (("--config", "group.max.session.timeout.ms=5000"), "the workload's consumers use 10000 ms sessions"),
 ])
 def test_chaos_run_config_errors_exit_2_before_anything_starts(args, message):
     result = run("chaos", "run", "--seconds", "1", *args)
