@@ -339,12 +339,16 @@ class ActorFactory:
 
     def kill_shard(self, partition: int) -> None:
         name = self._shard_name(partition)
+        self._kill_named(name)
+        if name != shard_name(partition):
+            kv_delete(_spare_bound_key(name), self.namespace)
+
+    def _kill_named(self, name: str) -> None:
+        """Kill the deployment's actor ``name`` for good, if it exists."""
         try:
             ray.kill(ray.get_actor(name, namespace=self.namespace), no_restart=True)
         except ValueError:
             pass
-        if name != shard_name(partition):
-            kv_delete(_spare_bound_key(name), self.namespace)
 
     def free_spares(self, node: str) -> list[str]:
         """The names of ``node``'s spares that serve no partition (starting ones included): never bound, or
@@ -447,11 +451,7 @@ class ActorFactory:
             if tag in followed and tag not in have:
                 have[tag] = name
                 continue
-            try:
-                ray.kill(ray.get_actor(name, namespace=self.namespace), no_restart=True)
-            except ValueError:
-                pass
-            kv_delete(_spare_bound_key(name), self.namespace)
+            self._kill_named(name)
             stopped.append(name)
         started = sorted(followed - set(have))
         for p in started:
@@ -484,10 +484,7 @@ class ActorFactory:
         """Kill every spare of the deployment and forget which partitions spares serve (shutdown)."""
         for a in ray.util.list_named_actors(all_namespaces=True):
             if a["namespace"] == self.namespace and a["name"].startswith(SPARE_PREFIX):
-                try:
-                    ray.kill(ray.get_actor(a["name"], namespace=self.namespace), no_restart=True)
-                except ValueError:
-                    pass
+                self._kill_named(a["name"])
         for prefix in (SHARD_ACTOR_KEY_PREFIX, SPARE_BOUND_KEY_PREFIX):
             for key in internal_kv._internal_kv_list(prefix, namespace=self.namespace):
                 kv_delete(key, self.namespace)
