@@ -262,10 +262,11 @@ class Controller:
     async def _ensure_standby_spares(self, todo: dict) -> None:
         for name, (o, followed) in sorted(todo.items()):
             try:
-                # What the node follows is read again once no failover is choosing among its spares.
-                started, stopped = await asyncio.to_thread(
-                    self._actors.ensure_standby_spares, name,
-                    lambda name=name: set(followed_by(self._meta.partitions, name)), scheduling_for(o, name))
+                # What the node followed once this round's failovers were performed: read now, a failover
+                # decided in the next round but not yet performed could make the spare it is about to
+                # adopt look unwanted.
+                started, stopped = await asyncio.to_thread(self._actors.ensure_standby_spares, name, set(followed),
+                                                           scheduling_for(o, name))
             except Exception as e:  # noqa: BLE001 - tried again next round
                 log.info("could not see to the spares per partition on %s: %s", name, e)
                 continue

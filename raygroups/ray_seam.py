@@ -14,7 +14,6 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -429,17 +428,17 @@ class ActorFactory:
             self.create_shard(None, node, scheduling)
             return True
 
-    def ensure_standby_spares(self, node: str, followed: set[int] | Callable[[], set[int]],
-                              scheduling: dict[str, Any]) -> tuple[list, list]:
+    def ensure_standby_spares(self, node: str, followed: set[int], scheduling: dict[str, Any]) -> tuple[list, list]:
         """With ``shard.standby.per.partition``: one spare on ``node`` per partition it follows, standing by
         for that partition only, and none for a partition it no longer follows (those are killed). Returns
-        the partitions whose spare was started now and the names of the spares stopped. ``followed`` may be
-        a function, called once no failover is choosing among the node's spares (``replace_shard``), so
-        that it says what the node follows after the failovers decided so far."""
+        the partitions whose spare was started now and the names of the spares stopped. ``followed`` is
+        what the controller had performed when it asked: a failover it decided since, choosing one of these
+        spares in ``replace_shard``, waits for this to finish or goes first (then the spare it took is
+        recorded as adopting, and left alone here)."""
         if not self.standby_per_partition:
             return [], []
         with _SPARES_LOCK:
-            return self._ensure_standby_spares(node, set(followed() if callable(followed) else followed), scheduling)
+            return self._ensure_standby_spares(node, followed, scheduling)
 
     def _ensure_standby_spares(self, node: str, followed: set[int], scheduling: dict[str, Any]) -> tuple[list, list]:
         have: dict[int, str] = {}

@@ -2,7 +2,7 @@
 checked against the invariants Jepsen, Kafka's ducktape and Redpanda's chaos tests use (no acknowledged
 commit lost, offsets never backwards, no rebalance of a heartbeating group, one serving shard per
 partition, followers equal to the leader). The scenarios run in order on one cluster; each one ends with
-the killed nodes restarted under their names and every ISR full."""
+the killed nodes restarted under their names, every ISR full and every leader its preferred replica."""
 
 from __future__ import annotations
 
@@ -37,6 +37,10 @@ def _restore(cluster, *killed: str) -> None:
     for name in killed:
         cluster.restart_node(name)
     wait_for(lambda: _full_isr(cluster), timeout_s=90, what="every partition back to a full ISR")
+    # And leadership back on the preferred replicas: the controller's leader balance would otherwise move
+    # partitions during the next scenario, under its feet.
+    wait_for(lambda: all(cluster.partition_state(p)["leader"] == cluster.partition_state(p)["replicas"][0]
+                         for p in range(cluster.num_partitions)), timeout_s=90, what="leaders balanced back")
     check_one_shard_per_partition(cluster)
 
 
