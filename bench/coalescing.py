@@ -1,4 +1,4 @@
-"""Request coalescing (``raygroups.client``): what one shard answers when its clients merge the requests
+"""Request coalescing (``raygroups.client.ray_client``): what one shard answers when its clients merge the requests
 bound for it into one Ray call, each figure with its baseline measured in the same run.
 
 * heartbeats answered per second by one shard, members spread over ``--processes`` client processes
@@ -35,8 +35,8 @@ from raygroups.coordinator.errors import Errors  # noqa: E402
 
 from bench.throughput import _rate  # noqa: E402
 from raygroups.chaos.run import quiet_output  # noqa: E402
-from raygroups.client import RayGroupClient  # noqa: E402
-from raygroups.cluster import connect, start_local  # noqa: E402
+from raygroups.client.ray_client import RayGroupClient  # noqa: E402
+from raygroups.deployment.start import connect, start_local  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 CONFIG = {"group.initial.rebalance.delay.ms": 0, "group.min.session.timeout.ms": 10,

@@ -34,7 +34,7 @@ import ray  # noqa: E402
 from raygroups.coordinator.errors import Errors  # noqa: E402
 
 from bench.failover import _group_on  # noqa: E402
-from raygroups.cluster import start_local  # noqa: E402
+from raygroups.deployment.start import start_local  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TOPIC = "det"

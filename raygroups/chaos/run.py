@@ -48,7 +48,7 @@ from raygroups.chaos.workload import (
     fetch,
 )
 from raygroups.coordinator.partitioning import partition_for
-from raygroups.ray_seam import create_worker
+from raygroups.deployment.seam import create_worker
 from raygroups.sources import SyntheticSource
 
 WARMUP_TIMEOUT_S = 180.0
@@ -303,7 +303,7 @@ def audit(cluster: Any, t0: float) -> list[HistoryEvent]:
     """The shards' own records at the end: per partition, the leader's digests and every in-sync replica's
     batches per epoch, below the lowest log end among them."""
     log = EventLog("auditor", t0)
-    from raygroups.ray_seam import Directory
+    from raygroups.deployment.seam import Directory
 
     directory = Directory(cluster.namespace)
     for p in range(cluster.num_partitions):
@@ -385,7 +385,7 @@ def run(options: RunOptions, faults: list[str], view: Any) -> RunResult:
     from raygroups.chaos.checker import check
     from raygroups.chaos.history import read_history
     from raygroups.chaos.report import build_report, plot_timeline
-    from raygroups.cluster import connect, start_local
+    from raygroups.deployment.start import connect, start_local
 
     os.makedirs(options.out, exist_ok=True)
     config = coordinator_config(options.config, options.session_timeout_ms)
