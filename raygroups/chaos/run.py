@@ -50,6 +50,7 @@ from raygroups.chaos.workload import (
 from raygroups.coordinator.partitioning import partition_for
 from raygroups.deployment.seam import create_worker
 from raygroups.sources import SyntheticSource
+from raygroups.stats import percentile
 
 WARMUP_TIMEOUT_S = 180.0
 CALM_S = 3.0
@@ -515,8 +516,7 @@ def _noop_call_ms(cluster: Any, calls: int = 200) -> dict:
         start = time.perf_counter()
         ray.get(shard.ping.remote(), timeout=60)
         took.append((time.perf_counter() - start) * 1000)
-    took.sort()
-    return {"p50": round(took[len(took) // 2], 3), "p99": round(took[int(len(took) * 0.99)], 3)}
+    return {"p50": round(percentile(took, 0.5), 3), "p99": round(percentile(took, 0.99), 3)}
 
 
 class ControllerEvents:
