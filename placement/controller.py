@@ -58,6 +58,8 @@ from raygroups.placement.requests import (
     on_shrink_isr,
     readiness,
 )
+from raygroups.placement.spare_keeper import SpareKeeper
+from raygroups.placement.spares import SparesSeen, standby_spares_due
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +68,7 @@ PROBE_TIMEOUT_S = 1.0  # at most; a third of shard.session.timeout.ms when that 
 PERSIST_TIMEOUT_S = 5.0
 REPORT_TIMEOUT_S = 60.0  # a LogServer Ray is still starting on a busy node may take this long
 START_REPORTS_TIMEOUT_S = 30.0
-STANDBY_SPARES_RECHECK_S = 10.0  # a node's spares per followed partition are checked at least this often
+STANDBY_SPARES_RECHECK_MS = 10_000  # a node's spares per followed partition are checked at least this often
 
 
 def _now_ms() -> int:
@@ -90,11 +92,6 @@ def _to_json(assignments: dict[int, PartitionAssignment]) -> bytes:
 
 def _from_json(raw: bytes) -> dict[int, PartitionAssignment]:
     return {int(p): assignment_from_dict(a) for p, a in json.loads(raw).items()}
-
-
-def followed_by(partitions: dict[int, PartitionAssignment], node: str) -> frozenset[int]:
-    """The partitions ``node`` holds a replica of while another node leads them, or none does."""
-    return frozenset(p for p, a in partitions.items() if node in a.replicas and a.leader != node)
 
 
 def node_report(raw: dict, node_id: str) -> NodeReport:
@@ -127,9 +124,10 @@ class Controller:
         self._pe_floor: dict[int, int] = {}  # per partition: the highest partition epoch sent or seen on a disk
         self.events: deque[dict] = deque(maxlen=2_000)
         self._metrics = ControllerMetrics(namespace)
-        # Per node: (incarnation, partitions it follows, when) that its spares per partition were last
-        # seen to (``shard.standby.per.partition``), and the one task that sees to them.
-        self._standby_spares: dict[str, tuple[str, frozenset[int], float]] = {}
+        self._spares = SpareKeeper(actors)
+        # Per node: what its spares per partition were last seen to (``shard.standby.per.partition``), and
+        # the one task that sees to them.
+        self._standby_spares: dict[str, SparesSeen] = {}
         self._standby_task: asyncio.Task | None = None
         if ray.is_initialized():  # (never start a Ray just to ask: a plain instance has no loop to start)
             try:  # run the loop from the start, not from the first call (after a restart nobody may call)
@@ -198,7 +196,7 @@ class Controller:
                                                  marked=self._meta.marked, leases=self._meta.leases,
                                                  unclaimed=self._meta.unclaimed)
             self._metrics.refresh(self._meta.partitions, self.settings.replication_factor)
-        self._see_to_standby_spares()
+        self._see_to_standby_spares(now_ms)
 
     # ------------------------------------------------------------------------------------------
     # Observe
@@ -243,41 +241,35 @@ class Controller:
         """Once per incarnation of a coordinator node (with its disk report): a spare shard process there,
         whether or not it leads anything yet, so that a failover onto it adopts instead of starting one."""
         try:
-            if await asyncio.to_thread(self._actors.ensure_spare, name, scheduling_for(node, name)):
+            if await asyncio.to_thread(self._spares.ensure_spare, name, scheduling_for(node, name)):
                 self._event({"event": "spare-started", "node": name})
         except Exception as e:  # noqa: BLE001 - the node gets one with the first shard started there
             log.info("could not start a spare on %s: %s", name, e)
 
-    def _see_to_standby_spares(self) -> None:
-        """In the background (one task at a time): every reported node gets a spare per partition it follows
-        when the partitions it follows changed, its incarnation did, or every ``STANDBY_SPARES_RECHECK_S``
-        (``ActorFactory.ensure_standby_spares``, which does nothing without ``shard.standby.per.partition``)."""
+    def _see_to_standby_spares(self, now_ms: int) -> None:
+        """In the background (one task at a time): the nodes ``spares.standby_spares_due`` names get a spare
+        per partition they follow (``SpareKeeper.ensure_standby_spares``, which does nothing without
+        ``shard.standby.per.partition``)."""
         if self._obs is None or (self._standby_task is not None and not self._standby_task.done()):
             return
-        now = time.monotonic()
-        todo = {}
-        for name, o in self._obs.nodes.items():
-            if not o.alive or name in self._meta.refused or self._meta.reported.get(name) != o.node_id:
-                continue
-            followed = followed_by(self._meta.partitions, name)
-            last = self._standby_spares.get(name)
-            if last is None or last[:2] != (o.node_id, followed) or now - last[2] > STANDBY_SPARES_RECHECK_S:
-                todo[name] = (o, followed)
+        # What each node followed once this round's failovers were performed, fixed now: read later, a
+        # failover decided in the next round but not yet performed could make the spare it is about to adopt
+        # look unwanted.
+        due = standby_spares_due(self._meta, self._obs, self._standby_spares, now_ms, STANDBY_SPARES_RECHECK_MS)
+        todo = {name: (incarnation, followed, scheduling_for(self._obs.nodes[name], name))
+                for name, (incarnation, followed) in due.items()}
         if todo:
             self._standby_task = asyncio.get_running_loop().create_task(self._ensure_standby_spares(todo))
 
     async def _ensure_standby_spares(self, todo: dict) -> None:
-        for name, (o, followed) in sorted(todo.items()):
+        for name, (incarnation, followed, scheduling) in sorted(todo.items()):
             try:
-                # What the node followed once this round's failovers were performed: read now, a failover
-                # decided in the next round but not yet performed could make the spare it is about to
-                # adopt look unwanted.
-                started, stopped = await asyncio.to_thread(self._actors.ensure_standby_spares, name, set(followed),
-                                                           scheduling_for(o, name))
+                started, stopped = await asyncio.to_thread(self._spares.ensure_standby_spares, name, followed,
+                                                           scheduling)
             except Exception as e:  # noqa: BLE001 - tried again next round
                 log.info("could not see to the spares per partition on %s: %s", name, e)
                 continue
-            self._standby_spares[name] = (o.node_id, followed, time.monotonic())
+            self._standby_spares[name] = SparesSeen(incarnation, followed, _now_ms())
             if started or stopped:
                 self._event({"event": "standby-spares", "node": name, "started": started, "stopped": stopped})
 
@@ -420,7 +412,7 @@ class Controller:
     async def _start_shard(self, action: StartShard) -> None:
         node = self._obs.nodes.get(action.node) if self._obs else None
         try:
-            await asyncio.to_thread(self._actors.replace_shard, action.partition, action.node,
+            await asyncio.to_thread(self._spares.replace_shard, action.partition, action.node,
                                     scheduling_for(node, action.node))
             self._event({"event": "shard-started", "partition": action.partition, "node": action.node,
                          "reason": action.reason})
