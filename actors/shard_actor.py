@@ -345,10 +345,9 @@ class CoordinatorShard:
     def _step_down(self, reason: str) -> None:
         if self._ctx.state is not PartitionState.FAILED:
             log.warning("shard %d steps down: %s", self.partition, reason)
-            # Unload (groups Dead, parked requests answered NOT_COORDINATOR), then stay FAILED so the
-            # controller's pings see it; the log stays open until the controller kills this actor.
-            self._runtime.unload(self.partition, None)
-            self._ctx.state = PartitionState.FAILED
+            # Groups Dead, parked requests answered NOT_COORDINATOR, and FAILED so the controller's pings see
+            # it; the log stays open until the controller kills this actor.
+            self._runtime.step_down(self.partition)
             self._writer.stop()
 
     async def _maintenance_loop(self) -> None:

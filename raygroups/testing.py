@@ -87,6 +87,7 @@ class InProcessCoordinator(GroupApi):
         self._lock = threading.RLock()
         self._topics: dict[str, int] = {}
         self._memory_logs: dict[int, InMemoryLog] = {}
+        self._fail_next_append: dict[int, Errors] = {}  # fail_next_append_for_testing, by partition
         self._runtime = CoordinatorRuntime(
             num_partitions,
             self.config,
@@ -151,8 +152,8 @@ class InProcessCoordinator(GroupApi):
         )
 
     def _append(self, ctx: PartitionContext, records: list[Record]) -> None:
-        if ctx.fail_next_append is not None:
-            error, ctx.fail_next_append = ctx.fail_next_append, None
+        error = self._fail_next_append.pop(ctx.partition, None)
+        if error is not None:
             raise AppendError(error, "injected by fail_next_append_for_testing")
         append_as_leader(ctx.log, records, ctx.epoch, self.clock.now_ms())
 
@@ -253,17 +254,11 @@ class InProcessCoordinator(GroupApi):
         check_int("partition", partition, 0, self.num_partitions - 1)
         if not isinstance(error, Errors) or error is Errors.NONE:
             raise TypeError(f"error must be an Errors member other than NONE, got {error!r}")
-        self._runtime.contexts[partition].fail_next_append = error
+        self._fail_next_append[partition] = error
 
     @_locked
     def set_loading_for_testing(self, partition: int, loading: bool) -> None:
-        ctx = self._runtime.contexts[partition]
-        if loading:
-            if ctx.shard is None:
-                ctx.shard = self._runtime.new_shard(ctx)
-            ctx.state = PartitionState.LOADING
-        elif ctx.shard is not None:
-            ctx.state = PartitionState.ACTIVE
+        self._runtime.set_loading_for_testing(partition, loading)
 
     @_locked
     def pending_member_count_for_testing(self, partition: int) -> tuple[int, int]:
