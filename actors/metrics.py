@@ -21,7 +21,7 @@ from typing import Any
 
 from raygroups.coordinator.errors import Errors
 
-# Milliseconds: an fsync on a quiet disk is ~1 ms, a replicated batch a few, a stalled one seconds.
+# Milliseconds: from a single fsync on a quiet disk to a stalled replicated append.
 APPEND_LATENCY_BOUNDARIES_MS = [0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000]
 METRICS_INTERVAL_S = 5.0
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from raygroups.actors.replication import Deposed, LeaderReplication, maintenance_interval_s
+from raygroups.actors.timers import WallClock
 from raygroups.coordinator.errors import AppendError, Errors
 from raygroups.coordinator.lifecycle import PartitionState
 from raygroups.offsets_log.batch import Batch
@@ -27,6 +27,7 @@ from raygroups.offsets_log.leader import append_as_leader
 log = logging.getLogger(__name__)
 
 RunIO = Callable[..., Awaitable[Any]]
+_CLOCK = WallClock()  # a batch's timestamp
 
 
 class AppendFailed(Exception):
@@ -128,7 +129,7 @@ class LocalWriter(PartitionWriter):
 
     async def append(self, partition_log, records: list, run_io: RunIO) -> None:
         try:
-            await run_io(append_as_leader, partition_log, records, self.epoch, int(time.time() * 1000))
+            await run_io(append_as_leader, partition_log, records, self.epoch, _CLOCK.now_ms())
         except Exception as e:  # noqa: BLE001 - every failure goes through the one table
             if not isinstance(e, AppendError):
                 log.exception("append failed on partition %d", self.partition)
@@ -164,7 +165,7 @@ class ReplicatedWriter(PartitionWriter):
 
     async def append(self, partition_log, records: list, run_io: RunIO) -> None:
         def batch_for(epoch: int) -> Batch:
-            return Batch(partition_log.log_end_offset, epoch, int(time.time() * 1000), tuple(records))
+            return Batch(partition_log.log_end_offset, epoch, _CLOCK.now_ms(), tuple(records))
 
         async def append_local(batch: Batch) -> None:
             await run_io(partition_log.append, batch, batch.leader_epoch)

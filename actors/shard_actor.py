@@ -37,6 +37,9 @@ FOLLOWER_SWAP_TIMEOUT_S = 120.0
 
 
 class CoordinatorShard:
+    """One partition's coordinator in a Ray actor (or a spare waiting for one). Its remote methods keep
+    their names and signatures: the controller, the client, the CLI and the chaos nemesis call them."""
+
     def __init__(
         self,
         partition: int | None,

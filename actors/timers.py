@@ -12,6 +12,9 @@ from collections.abc import Callable, Hashable
 
 
 class WallClock:
+    """The wall clock (``coordinator.clock.Clock``) of everything that runs for real: the shard's runtime,
+    a batch's timestamp, a consumer without an injected clock. Tests use ``ManualClock`` instead."""
+
     def now_ms(self) -> int:
         return int(time.time() * 1000)
 
