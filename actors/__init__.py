@@ -1,6 +1,6 @@
 """The coordinator on Ray: the shard actor (``shard_actor.CoordinatorShard``), the per-node ``LogServer``
 holding follower replicas -- plain classes: every Ray option, name and lookup is in
-``raygroups.ray_seam``.
+``raygroups.deployment.seam``.
 
 The shard actor is the Ray face over one ``served_partition.ServedPartition`` and the parts that serve it:
 ``spare`` (a warm spare and its hot standby, ``standby``), ``shard_load``, ``group_commit``,

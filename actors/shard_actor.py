@@ -1,5 +1,5 @@
 """``CoordinatorShard``: one ``__consumer_offsets`` partition as an asyncio Ray actor (a plain class here;
-``raygroups.ray_seam`` applies the Ray options).
+``raygroups.deployment.seam`` applies the Ray options).
 
 The Ray face of a shard: its remote methods are what the controller, the client, the CLI and the chaos
 nemesis call, and each hands the work to the part that does it -- ``spare`` (a warm spare's adoption and

@@ -1,4 +1,4 @@
-"""Wall-clock time and keyed timers on an asyncio event loop, for the shard actor.
+"""Wall-clock time, and keyed timers on an asyncio event loop for the shard actor.
 
 Same contract as ``coordinator.clock.ManualTimers``: scheduling a key replaces it; callbacks run on the
 actor's event loop, so they never race with request handlers.
@@ -12,11 +12,15 @@ from collections.abc import Callable, Hashable
 
 
 class WallClock:
-    """The wall clock (``coordinator.clock.Clock``) of everything that runs for real: the shard's runtime,
-    a batch's timestamp, a consumer without an injected clock. Tests use ``ManualClock`` instead."""
+    """The system clock of everything that runs for real: the shard's runtime, a batch's timestamp, a
+    consumer without an injected clock (Kafka's ``Time.SYSTEM``: milliseconds of wall-clock time, and a
+    real sleep). Tests use ``ManualClock`` instead."""
 
     def now_ms(self) -> int:
         return int(time.time() * 1000)
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
 
 
 class AsyncioTimers:
