@@ -31,7 +31,6 @@ from raygroups.coordinator.config import CoordinatorConfig
 from raygroups.coordinator.errors import Errors
 from raygroups.coordinator.messages import OffsetCommitRequest, OffsetCommitResponse
 from raygroups.coordinator.runtime import PartitionState
-from raygroups.offsets_log.replica_state import partition_dir  # noqa: F401 - the chaos nemesis imports it here
 
 FOLLOWER_SWAP_TIMEOUT_S = 120.0
 

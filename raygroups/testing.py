@@ -36,6 +36,7 @@ from raygroups.offsets_log.batch import records_below
 from raygroups.offsets_log.leader import append_as_leader
 from raygroups.offsets_log.loader import LoadSummary, replay
 from raygroups.offsets_log.memory import InMemoryLog
+from raygroups.offsets_log.replica_state import partition_dir
 
 __all__ = ["InProcessCoordinator", "ManualClock", "IllegalStateError"]
 
@@ -146,7 +147,7 @@ class InProcessCoordinator(GroupApi):
         from raygroups.offsets_log import open_log
 
         return open_log(
-            os.path.join(self.log_dir, f"__consumer_offsets-{partition}"),
+            partition_dir(self.log_dir, partition),
             segment_bytes=self.config.offsets_topic_segment_bytes,
             fsync_interval_ms=self.config.log_flush_interval_ms or None,
         )
@@ -230,7 +231,7 @@ class InProcessCoordinator(GroupApi):
             else:
                 from raygroups.offsets_log import open_log
 
-                path = os.path.join(self.log_dir, f"__consumer_offsets-{partition}")
+                path = partition_dir(self.log_dir, partition)
                 if not os.path.isdir(path):
                     return []
                 log, close = open_log(path), True
