@@ -312,6 +312,7 @@ class CoordinatorRuntime:
         """This leader can no longer serve ``partition`` (deposed, or its log holds a batch it cannot vouch
         for): unload it as ``unload`` does, and stay FAILED (``NOT_COORDINATOR``) until loaded again."""
         ctx = self.contexts[partition]
+        next_state(ctx.state, PartitionEvent.STEP_DOWN)  # refused before the shard is touched
         self._unload_shard(ctx)
         transition(ctx, PartitionEvent.STEP_DOWN)
         return ctx
