@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from raygroups.actors.member_ids import new_member_id
 from raygroups.actors.metrics import ShardMetrics
 from raygroups.actors.partition_writer import LocalWriter, PartitionWriter
 from raygroups.actors.timers import AsyncioTimers, WallClock
@@ -22,10 +22,6 @@ from raygroups.coordinator.lifecycle import PartitionState
 from raygroups.coordinator.runtime import CoordinatorRuntime
 
 log = logging.getLogger(__name__)
-
-
-def new_member_id(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4()}"
 
 
 class ServedPartition:
