@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import time
 import uuid
@@ -23,6 +22,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from raygroups.actors.log_server import LogServer
 from raygroups.actors.shard_actor import CoordinatorShard
 from raygroups.coordinator.config import CoordinatorConfig
+from raygroups.offsets_log import replica_state
 from raygroups.placement.controller import Controller
 from raygroups.placement.model import Settings
 from raygroups.placement.nodes import COORDINATOR_RESOURCE, NODE_LABEL  # noqa: F401  (re-exported: placement defines them)
@@ -272,7 +272,7 @@ class ActorFactory:
 
     def node_dir(self, node: str) -> str:
         # Each coordinator node has its own disk; on a simulated cluster, its own directory.
-        return os.path.join(self.data_root, node)
+        return replica_state.node_dir(self.data_root, node)
 
     def create_log_server(self, node: str, scheduling: dict[str, Any]):
         options = {"name": log_server_name(node), "namespace": self.namespace, "lifetime": "detached",
