@@ -27,9 +27,6 @@ class PartitionEvent(enum.StrEnum):
     LOAD_FAILED = "load_failed"  # the log could not be read or replayed
     UNLOAD = "unload"  # resign (a newer leader elsewhere, or close)
     STEP_DOWN = "step_down"  # this leader can no longer vouch for its log (deposed, a failed replicated append)
-    # ``raygroups.testing``'s ``set_loading_for_testing``: a load in progress over the live shard and its end.
-    LOADING_FOR_TESTING = "loading_for_testing"
-    LOADED_FOR_TESTING = "loaded_for_testing"
 
 
 S = PartitionState
@@ -44,8 +41,6 @@ TRANSITIONS: dict[tuple[PartitionState, PartitionEvent], PartitionState] = {
     **{(s, E.UNLOAD): S.CLOSED for s in S},
     # A step-down can race a close (an append in flight when the partition is unloaded): still FAILED.
     **{(s, E.STEP_DOWN): S.FAILED for s in (S.LOADING, S.ACTIVE, S.CLOSED)},
-    **{(s, E.LOADING_FOR_TESTING): S.LOADING for s in S},
-    **{(s, E.LOADED_FOR_TESTING): S.ACTIVE for s in (S.LOADING, S.ACTIVE)},
 }
 
 

@@ -317,16 +317,6 @@ class CoordinatorRuntime:
         transition(ctx, PartitionEvent.STEP_DOWN)
         return ctx
 
-    def set_loading_for_testing(self, partition: int, loading: bool) -> None:
-        """``raygroups.testing``: a load in progress over the live shard (a new shard if none), or its end."""
-        ctx = self.contexts[partition]
-        if loading:
-            if ctx.shard is None:
-                ctx.shard = self.new_shard(ctx)
-            transition(ctx, PartitionEvent.LOADING_FOR_TESTING)
-        elif ctx.shard is not None:
-            transition(ctx, PartitionEvent.LOADED_FOR_TESTING)
-
     @staticmethod
     def _unload_shard(ctx: PartitionContext) -> None:
         if ctx.shard is not None:

@@ -259,7 +259,21 @@ class InProcessCoordinator(GroupApi):
 
     @_locked
     def set_loading_for_testing(self, partition: int, loading: bool) -> None:
-        self._runtime.set_loading_for_testing(partition, loading)
+        """A load of ``partition`` in progress (``True``: it resigns, then replays its log without finishing),
+        or that load's end (``False``), through the partition's real lifecycle."""
+        check_int("partition", partition, 0, self.num_partitions - 1)
+        ctx = self._runtime.contexts[partition]
+        if not loading:
+            if ctx.state is PartitionState.LOADING:
+                self._runtime.complete_load(ctx)
+            return
+        if ctx.state is PartitionState.LOADING:
+            return
+        epoch = ctx.epoch + 1  # a new leader epoch, as a reload after a failover has
+        self.unload(partition, None)
+        ctx = self._runtime.begin_load(partition, epoch)
+        ctx.log = self._open_log(partition)
+        replay(ctx.log, ctx.shard.state)
 
     @_locked
     def pending_member_count_for_testing(self, partition: int) -> tuple[int, int]:
