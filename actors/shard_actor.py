@@ -22,13 +22,13 @@ import asyncio
 import logging
 import os
 import time
-import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from raygroups.actors import log_compaction
 from raygroups.actors.log_server import ray_actor_id, ray_node_id
+from raygroups.actors.member_ids import new_member_id
 from raygroups.actors.metrics import METRICS_INTERVAL_S, ShardMetrics
 from raygroups.actors.partition_writer import AppendFailed, LocalWriter, PartitionWriter, ReplicatedWriter
 from raygroups.actors.replication import LeaderReplication, maintenance_interval_s
@@ -54,10 +54,6 @@ STANDBY_CALL_TIMEOUT_S = 10.0
 
 def partition_dir(data_dir: str, partition: int) -> str:
     return os.path.join(data_dir, f"__consumer_offsets-{partition}")
-
-
-def _new_member_id(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4()}"
 
 
 class CoordinatorShard:
@@ -145,7 +141,7 @@ class CoordinatorShard:
         self._directory = directory
         self._io = ThreadPoolExecutor(1, thread_name_prefix=f"shard-{partition}-io")
         self._runtime = CoordinatorRuntime(
-            num_partitions, self.config, WallClock(), AsyncioTimers, _new_member_id,
+            num_partitions, self.config, WallClock(), AsyncioTimers, new_member_id,
             append=None, on_pending=self._on_pending,
         )
         self._ctx = self._runtime.contexts[partition]
