@@ -93,7 +93,7 @@ class CoordinatorConfig:
     # until one returns. True elects any live replica instead: available sooner, but the commits and
     # group states it had not replicated are lost (the other replicas are truncated to its log).
     unclean_leader_election_enable: bool = False
-    # The Ray client's request coalescing (``raygroups.client``; after the producer's linger.ms and
+    # The Ray client's request coalescing (``raygroups.client.ray_client``; after the producer's linger.ms and
     # batch.size): how long a request may wait for others bound for its shard before the call leaves
     # (0: only what is issued together, or while the lane's previous call is in flight), and the most
     # requests one call carries (1: every request is a call of its own).

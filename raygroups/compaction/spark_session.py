@@ -20,7 +20,7 @@ import tempfile
 import threading
 from typing import Any
 
-from raygroups.ray_seam import HEAD_RESOURCE
+from raygroups.deployment.seam import HEAD_RESOURCE
 
 # raydp needs these on Java 17 for the driver, the executors and its app master (Spark's own launcher adds
 # them only for the driver it starts itself).

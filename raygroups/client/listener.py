@@ -1,16 +1,17 @@
-"""Support for ``raygroups.Consumer``: the rebalance-listener base class, the wall clock, argument checks
-and assignor resolution.
+"""Support for ``raygroups.Consumer``: the rebalance-listener base class, argument checks and assignor
+resolution.
 
 The checks raise ``TypeError``/``ValueError`` naming the argument and the limit, before the consumer
 changes anything. Assignor names resolve to fresh instances (sticky assignors keep per-member state).
-``ConsumerRebalanceListener`` is re-exported by ``raygroups.consumer`` (and ``raygroups``).
+``ConsumerRebalanceListener`` is re-exported by ``raygroups.client.consumer`` (and ``raygroups``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import time
 from typing import Any
+
+from raygroups.coordinator.messages import check_instance_id
 
 _REQUEST_TIMEOUT_S = 30.0  # Kafka's request.timeout.ms
 TopicPartition = tuple[str, int]
@@ -29,14 +30,6 @@ class ConsumerRebalanceListener:
 
     def on_partitions_lost(self, partitions: frozenset[TopicPartition]) -> None:
         self.on_partitions_revoked(partitions)
-
-
-class _WallClock:
-    def now_ms(self) -> int:
-        return int(time.monotonic() * 1000)
-
-    def sleep(self, seconds: float) -> None:
-        time.sleep(seconds)
 
 
 def _kwargs(request: Any) -> dict[str, Any]:
@@ -91,3 +84,45 @@ def _get_assignor(name: str) -> Any:
         return get_assignor(name)
     except ValueError as e:
         raise ValueError(f"assignors: {e}") from None
+
+
+def check_consumer_args(cluster: Any, group_id: Any, topics: Any, assignors: Any, group_instance_id: Any,
+                        session_timeout_ms: Any, heartbeat_interval_ms: Any, max_poll_interval_ms: Any,
+                        auto_commit_interval_ms: Any, enable_auto_commit: Any, listener: Any, client_id: Any,
+                        clock: Any) -> tuple[list[str], list[Any]]:
+    """``Consumer``'s arguments checked before it changes anything: the topics as a list and the assignors
+    resolved to fresh instances."""
+    if not callable(getattr(cluster, "client", None)) or not callable(getattr(cluster, "topics", None)):
+        raise TypeError("cluster must offer client() and topics() (a raygroups cluster or InProcessCoordinator)")
+    if not isinstance(group_id, str):
+        raise TypeError(f"group_id must be a str, got {type(group_id).__name__}")
+    if not group_id:
+        raise ValueError("group_id must not be empty")
+    if isinstance(topics, (str, bytes)) or not isinstance(topics, (list, tuple, set, frozenset)):
+        raise TypeError(f"topics must be a list of topic names, got {type(topics).__name__}")
+    topics = list(topics)
+    if not topics:
+        raise ValueError("topics must name at least one topic")
+    for t in topics:
+        if not isinstance(t, str):
+            raise TypeError(f"topics entries must be str, got {type(t).__name__}")
+        if not t:
+            raise ValueError("topics entries must not be empty")
+    check_instance_id(group_instance_id)
+    _check_int("session_timeout_ms", session_timeout_ms, 1)
+    _check_int("heartbeat_interval_ms", heartbeat_interval_ms, 1)
+    if heartbeat_interval_ms >= session_timeout_ms:
+        raise ValueError(f"heartbeat_interval_ms ({heartbeat_interval_ms}) must be lower than "
+                         f"session_timeout_ms ({session_timeout_ms})")
+    _check_int("max_poll_interval_ms", max_poll_interval_ms, 1)
+    _check_int("auto_commit_interval_ms", auto_commit_interval_ms, 1)
+    if not isinstance(enable_auto_commit, bool):
+        raise TypeError(f"enable_auto_commit must be a bool, got {type(enable_auto_commit).__name__}")
+    if listener is not None and not any(callable(getattr(listener, m, None)) for m in _LISTENER_METHODS):
+        raise TypeError("listener must define on_partitions_revoked/assigned/lost "
+                        "(see raygroups.consumer.ConsumerRebalanceListener)")
+    if client_id is not None and not isinstance(client_id, str):
+        raise TypeError(f"client_id must be a str or None, got {type(client_id).__name__}")
+    if clock is not None and not callable(getattr(clock, "now_ms", None)):
+        raise TypeError("clock must have a now_ms() method")
+    return topics, _resolve_assignors(assignors)
