@@ -17,9 +17,10 @@ from raygroups.coordinator.result import Result
 
 from tests.unit.helpers import GROUP, Ctx
 
-# The modules that dispatch requests: they read the registry and name no request type in a test.
+# The modules that dispatch requests: they read the registry and name no request type in a test. (The
+# consumer is not one: it reacts to each answer as Kafka's member does, in ``membership``.)
 DISPATCHERS = ("raygroups.coordinator.api", "raygroups.actors.shard_actor", "raygroups.actors.metrics",
-               "raygroups.client_api", "raygroups.testing")
+               "raygroups.client.ray_client", "raygroups.client.api", "raygroups.client.calls", "raygroups.testing")
 
 
 def _request_classes() -> set[type]:
