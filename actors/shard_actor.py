@@ -463,7 +463,7 @@ class CoordinatorShard:
         if active and not self._writer.may_serve():
             return _answered(spec.error_response(request, Errors.NOT_COORDINATOR)), True
         if spec.check_topics is not None and active:
-            return self._commit_known_topics(spec, request), True
+            return self._check_topics(spec, request), True
         return self._dispatch(request), True
 
     def _dispatch(self, request: Any, validated: bool = True) -> asyncio.Future:
@@ -477,7 +477,7 @@ class CoordinatorShard:
         dispatch(self._runtime, request, sink, validated)
         return future
 
-    def _commit_known_topics(self, spec: ApiSpec, req: Any) -> asyncio.Future:
+    def _check_topics(self, spec: ApiSpec, req: Any) -> asyncio.Future:
         """The part of ``req`` for topics this deployment knows goes to the coordinator; the broker answers
         the rest (``spec.check_topics``)."""
         known, finish = spec.check_topics(req, self._topics)
