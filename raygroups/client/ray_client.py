@@ -11,7 +11,7 @@ surfaced. Ray exceptions never reach the caller.
 Coalescing: requests bound for one shard are merged into one Ray call (``handle_batch``) when they are
 issued close together, as Kafka's producer fills a batch per partition while one is in flight
 (``linger.ms``, ``batch.size``). The shard answers each one separately, exactly as a single call
-would; what may merge (a *lane*):
+would; what may merge (a *lane*, named by each request type's entry in ``coordinator.requests``):
 
 * Heartbeat and OffsetFetch of any groups of a shard (they never park): one call in flight per lane,
   what arrives meanwhile goes in the next call -- so batches grow with the load, and a quiet client's
@@ -60,6 +60,7 @@ from raygroups.deployment.seam import Directory
 # within a tenth of a second. A try while the coordinator is unknown costs a name lookup per lane.
 _BACKOFF_START_S = 0.02
 _BACKOFF_MAX_S = 0.1
+
 
 def lane_of(request: Any, partition: int) -> tuple | None:
     """The lane a request may merge in (see the module docstring; its registry entry says which), or None
