@@ -149,3 +149,21 @@ def test_the_switch_finder_finds_a_switch():
     source = ("match r:\n    case JoinGroupRequest():\n        pass\n"
               "if type(r) is HeartbeatRequest or isinstance(r, (JoinGroupRequest,)):\n    pass\n")
     assert len(_switches_on(ast.parse(source), names)) == 3
+
+
+def test_a_request_from_the_client_api_is_validated_once_in_process(monkeypatch):
+    spec = REQUESTS.spec(messages.OffsetCommitRequest(GROUP, {}))
+    checked = []
+
+    def counting(request, message_max_bytes):
+        checked.append(request)
+        return spec.validate(request, message_max_bytes)
+
+    monkeypatch.setitem(REQUESTS._by_type, messages.OffsetCommitRequest, dataclasses.replace(spec, validate=counting))
+    ctx = Ctx()
+    assert ctx.commit({("t", 0): (7, "")}).errors == {("t", 0): Errors.NONE}
+    assert len(checked) == 1
+    # A raw call (no client API in front of it) is checked where it arrives, once.
+    raw = messages.OffsetCommitRequest(GROUP, {("t", 0): (8, "", -1)})
+    assert ctx.coord._submit(raw).result(timeout=0).errors == {("t", 0): Errors.NONE}
+    assert len(checked) == 2
