@@ -118,8 +118,8 @@ class CoordinatorConfig:
     # every failover onto a node whose spare for the partition runs is a promotion, and it leaves the
     # node's other standbys as they are (a node that just joined, or just stopped leading the partition,
     # gets that spare within a controller round or two, then a process start and a read of the log).
-    # Costs a process per followed partition (measured here: 68 MB of its own, 137 MB resident, 1 % of a
-    # core while idle); the standbys' state is held once either way. Needs shard.standby.enable.
+    # Costs a process per followed partition (its memory and idle CPU: bench/failover.py); the standbys'
+    # state is held once either way. Needs shard.standby.enable.
     shard_standby_per_partition: bool = False
 
     def __post_init__(self) -> None:

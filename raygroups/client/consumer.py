@@ -4,8 +4,6 @@ The protocol decisions live in ``membership.member.GroupMember`` (pure); this mo
 it sends the requests through ``cluster.client()``, runs the heartbeat thread, keeps positions, runs
 auto-commit and invokes the rebalance listener.
 
-Guarantees:
-
 * ``poll()`` drives membership: listener callbacks run only inside ``poll()``/``close()``, in the caller's
   thread, at Kafka's points — eager: ``on_partitions_revoked(all owned)`` before every rejoin; cooperative:
   after SyncGroup only the partitions no longer assigned are revoked (then the member rejoins at once);
@@ -27,13 +25,9 @@ that thread too, once the poll loop has stopped.
 Not guaranteed: delivery of records (there is no fetcher; the application reports its progress with
 ``seek``); positions of partitions without a committed offset start at 0.
 
-Time: by default the wall clock and a daemon heartbeat thread. An injected ``clock`` (``now_ms()``, and
-``sleep(s)`` if it runs in real time) drives every protocol timer; a clock without ``sleep`` (e.g.
-``raygroups.testing.ManualClock``) starts no thread: background work then runs in ``poll()`` and in
+Time: the wall clock and a daemon heartbeat thread by default. A ``clock`` without ``sleep`` (e.g.
+``raygroups.testing.ManualClock``) starts no thread: background work runs in ``poll()`` and in
 ``run_background_once_for_testing()``, which makes tests deterministic.
-
-The calls into the client are made through ``raygroups.client.calls``; the listener base class and the
-argument checks are in ``raygroups.client.listener``.
 """
 
 from __future__ import annotations
@@ -54,6 +48,8 @@ from raygroups.client.listener import (
     _check_timeout,
     _check_tp,
     check_consumer_args,
+    check_offsets,
+    invoke_listener,
 )
 from raygroups.coordinator.checks import is_int
 from raygroups.coordinator.errors import Errors
@@ -194,7 +190,7 @@ class Consumer:
             with self._lock:
                 offsets = {tp: p for tp, p in self._positions.items() if tp in self._member.assignment}
         else:
-            offsets = self._validate_offsets(offsets)
+            offsets = check_offsets(offsets)
         if offsets:
             self._commit_sync(offsets, time.monotonic() + timeout_s)
 
@@ -514,20 +510,7 @@ class Consumer:
         self._raise_first(errors)
 
     def _invoke(self, event: ListenerEvent) -> BaseException | None:
-        listener = self._listener
-        if listener is None:
-            return None
-        method = getattr(listener, event.method, None)
-        if method is None and event.method == "on_partitions_lost":
-            method = getattr(listener, "on_partitions_revoked", None)
-        if method is None:
-            return None
-        try:
-            method(event.partitions)
-        except Exception as e:  # Kafka finishes the rebalance step, then surfaces the callback's error
-            log.error("rebalance listener %s(%s) failed", event.method, sorted(event.partitions), exc_info=True)
-            return e
-        return None
+        return invoke_listener(self._listener, event)
 
     @staticmethod
     def _raise_first(errors: list[BaseException | None]) -> None:
@@ -538,20 +521,6 @@ class Consumer:
     # ------------------------------------------------------------------------------------------
     # Offsets
     # ------------------------------------------------------------------------------------------
-    @staticmethod
-    def _validate_offsets(offsets: Any) -> dict[TopicPartition, int]:
-        if not isinstance(offsets, Mapping):
-            raise TypeError(f"offsets must be a dict of (topic, partition) -> offset, got {type(offsets).__name__}")
-        out = {}
-        for tp, offset in offsets.items():
-            _check_tp("offsets key", tp)
-            if not is_int(offset):
-                raise TypeError(f"offsets[{tp!r}] must be an int, got {type(offset).__name__}")
-            if offset < 0:
-                raise ValueError(f"offsets[{tp!r}] must be >= 0, got {offset}")
-            out[tp] = offset
-        return out
-
     def _commit_sync(self, offsets: dict[TopicPartition, int], deadline: float) -> None:
         while True:
             with self._lock:

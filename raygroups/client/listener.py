@@ -8,6 +8,8 @@ changes anything. Assignor names resolve to fresh instances (sticky assignors ke
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
 from typing import Any
 
 from raygroups.coordinator.checks import is_int, is_number
@@ -15,6 +17,7 @@ from raygroups.coordinator.messages import check_instance_id
 
 _REQUEST_TIMEOUT_S = 30.0  # Kafka's request.timeout.ms
 TopicPartition = tuple[str, int]
+log = logging.getLogger("raygroups.client.consumer")
 _LISTENER_METHODS = ("on_partitions_revoked", "on_partitions_assigned", "on_partitions_lost")
 
 
@@ -121,3 +124,36 @@ def check_consumer_args(cluster: Any, group_id: Any, topics: Any, assignors: Any
     if clock is not None and not callable(getattr(clock, "now_ms", None)):
         raise TypeError("clock must have a now_ms() method")
     return topics, _resolve_assignors(assignors)
+
+
+def invoke_listener(listener: Any, event: Any) -> BaseException | None:
+    """Run one rebalance callback; what it raises is returned, not raised: Kafka finishes the rebalance step,
+    then surfaces the callback's error. ``on_partitions_lost`` falls back to ``on_partitions_revoked``."""
+    if listener is None:
+        return None
+    method = getattr(listener, event.method, None)
+    if method is None and event.method == "on_partitions_lost":
+        method = getattr(listener, "on_partitions_revoked", None)
+    if method is None:
+        return None
+    try:
+        method(event.partitions)
+    except Exception as e:
+        log.error("rebalance listener %s(%s) failed", event.method, sorted(event.partitions), exc_info=True)
+        return e
+    return None
+
+
+def check_offsets(offsets: Any) -> dict[TopicPartition, int]:
+    """The offsets a consumer is asked to commit: ``(topic, partition) -> offset >= 0``."""
+    if not isinstance(offsets, Mapping):
+        raise TypeError(f"offsets must be a dict of (topic, partition) -> offset, got {type(offsets).__name__}")
+    out = {}
+    for tp, offset in offsets.items():
+        _check_tp("offsets key", tp)
+        if not is_int(offset):
+            raise TypeError(f"offsets[{tp!r}] must be an int, got {type(offset).__name__}")
+        if offset < 0:
+            raise ValueError(f"offsets[{tp!r}] must be >= 0, got {offset}")
+        out[tp] = offset
+    return out

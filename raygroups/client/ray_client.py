@@ -54,10 +54,10 @@ from raygroups.coordinator.partitioning import partition_for
 from raygroups.coordinator.requests import REQUESTS, Routing
 from raygroups.deployment.seam import Directory
 
-# Kafka's client backs off 100 ms growing to 1 s (KIP-580); a coordinator failover here takes 2-3 s and
-# the new leader serves within about 0.2 s of the decision (a promoted hot standby), so the cap is
-# Kafka's fixed retry.backoff.ms of before KIP-580, 100 ms: once the new leader serves, a client notices
-# within a tenth of a second. A try while the coordinator is unknown costs a name lookup per lane.
+# Kafka's client backs off 100 ms growing to 1 s (KIP-580). A promoted hot standby serves soon after the
+# controller's decision, so the cap is Kafka's fixed retry.backoff.ms of before KIP-580, 100 ms: once the
+# new leader serves, a client notices within a tenth of a second. A try while the coordinator is unknown
+# costs a name lookup per lane.
 _BACKOFF_START_S = 0.02
 _BACKOFF_MAX_S = 0.1
 

@@ -41,8 +41,8 @@ from raygroups.placement.nodes import coordinator_nodes, unlabelled_warning
 
 log = logging.getLogger(__name__)
 
-# Node-death detection in ~1.5-2.5 s instead of Ray's default ~15 s (500 ms x 3 measured 2.3 s here);
-# lower thresholds risk declaring busy nodes dead (ray#44680).
+# Node-death detection in a few seconds instead of Ray's default of about 15 s (bench/detection.py measures
+# it); lower thresholds risk declaring busy nodes dead (ray#44680).
 SIMULATED_HEALTH_CHECKS = {
     "health_check_period_ms": 500,
     "health_check_failure_threshold": 3,
