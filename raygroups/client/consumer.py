@@ -371,12 +371,19 @@ class Consumer:
                     self._heartbeat_call = (request, future)
                 self._collect_heartbeat()
 
-    def _collect_heartbeat(self) -> None:
+    def _take_answered(self, field: str) -> tuple | None:
+        """The call in ``field`` (``_heartbeat_call``, ``_rebalance_call``) once it is answered, cleared."""
         with self._lock:
-            call = self._heartbeat_call
+            call = getattr(self, field)
             if call is None or not call[1].done():
-                return
-            self._heartbeat_call = None
+                return None
+            setattr(self, field, None)
+            return call
+
+    def _collect_heartbeat(self) -> None:
+        call = self._take_answered("_heartbeat_call")
+        if call is None:
+            return
         response = self._result(call[1], HeartbeatResponse)
         with self._lock:
             self._member.on_heartbeat_response(call[0], response, self._clock.now_ms())
@@ -461,11 +468,9 @@ class Consumer:
         return True
 
     def _collect_rebalance_response(self) -> None:
-        with self._lock:
-            call = self._rebalance_call
-            if call is None or not call[1].done():
-                return
-            self._rebalance_call = None
+        call = self._take_answered("_rebalance_call")
+        if call is None:
+            return
         request, future = call
         if isinstance(request, JoinGroupRequest):
             response = self._result(future, JoinGroupResponse)
