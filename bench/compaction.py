@@ -10,15 +10,8 @@ History: overwrite-heavy commits over 10 000 keys (batches of 64), in 4 MiB segm
 * replay of the partition (the loader) before and after the compacted segments are swapped in;
 * bytes before and after.
 
-Where Spark overtakes the single process (from the figures measured here on 2 vCPUs, one executor
-core): the reference compactor took 1.95 s at 1 M records and 7.0 s at 5 M, about 1.3 us per record;
-the warm Spark job 15.6 s and 45.2 s, a fixed cost of about 8 s per run (scheduling, the shuffles of the
-selection, Python workers) plus about 7.4 us per record on one core (decode, Arrow transfer, the
-aggregation, the write pass). With E executor cores spread over added nodes the job takes roughly
-8 s + 7.4 us x N / E against 1.3 us x N for one process over the same N records: Spark's cost per
-record falls below the single process's from about 6 cores, and with 12 cores it is ahead overall
-beyond about 13 M records per run (a cluster-wide run over 50 partitions of a few hundred thousand
-records each). Below that, the single process is faster on a machine this small.
+Where Spark overtakes the single process: the JSON records both per-record costs and the Spark job's fixed
+cost per run, and ``docs/performance.md`` works out the break-even from them.
 
 Usage: ``python bench/compaction.py [--quick] [--executors N --executor-cores C]``.
 """

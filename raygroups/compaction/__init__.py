@@ -27,6 +27,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from raygroups.actors.timers import WallClock
 from raygroups.compaction.job import SNAPSHOT_FIELDS
 from raygroups.coordinator.messages import check_int, check_type
 
@@ -98,7 +99,7 @@ def run_with_progress(cluster: Any, *, partitions: list[int] | None = None, stor
     if now_ms is not None:
         check_int("now_ms", now_ms, 0, 2**63 - 1)
     storage_uri = storage_uri or default_storage_uri(cluster)
-    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    now_ms = WallClock().now_ms() if now_ms is None else now_ms
     run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
     report = CompactionReport(run_id=run_id, storage_uri=storage_uri)
     step = progress or (lambda *_: None)
