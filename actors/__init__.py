@@ -1,6 +1,6 @@
 """The coordinator on Ray: the shard actor (``shard_actor.CoordinatorShard``), the per-node ``LogServer``
 holding follower replicas -- plain classes: every Ray option, name and lookup is in
-``raygroups.ray_seam``.
+``raygroups.deployment.seam``.
 
 A shard makes each batch durable through one ``partition_writer.PartitionWriter`` -- local (append +
 fsync) or replicated (acks=all to the ISR, ``replication.LeaderReplication``) -- and one table maps every

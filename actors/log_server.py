@@ -1,5 +1,5 @@
 """``LogServer``: one actor per coordinator node, hosting that node's follower replicas of the offsets
-logs and the node's record of every partition it replicates (a plain class; ``raygroups.ray_seam`` makes it
+logs and the node's record of every partition it replicates (a plain class; ``raygroups.deployment.seam`` makes it
 a Ray actor placed on its node by the node's stable name).
 
 Guarantees: an append is accepted only from a leader epoch at least as new as every epoch this replica

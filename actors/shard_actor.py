@@ -1,5 +1,5 @@
 """``CoordinatorShard``: one ``__consumer_offsets`` partition as an asyncio Ray actor (a plain class here;
-``raygroups.ray_seam`` applies the Ray options).
+``raygroups.deployment.seam`` applies the Ray options).
 
 Write path: a request runs the pure core at once (records replayed speculatively) and joins
 the open batch; one batch is appended at a time on an I/O thread (fsync off the event loop) while the
@@ -140,7 +140,7 @@ class CoordinatorShard:
         self.data_dir = data_dir
         self._epoch = leader_epoch
         self._topics: dict[str, int] = dict(topics or {})
-        # Finds the deployment's controller, LogServers and topics (``raygroups.ray_seam.Directory``;
+        # Finds the deployment's controller, LogServers and topics (``raygroups.deployment.seam.Directory``;
         # None outside Ray).
         self._directory = directory
         self._io = ThreadPoolExecutor(1, thread_name_prefix=f"shard-{partition}-io")

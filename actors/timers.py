@@ -1,4 +1,4 @@
-"""Wall-clock time and keyed timers on an asyncio event loop, for the shard actor.
+"""Wall-clock time, and keyed timers on an asyncio event loop for the shard actor.
 
 Same contract as ``coordinator.clock.ManualTimers``: scheduling a key replaces it; callbacks run on the
 actor's event loop, so they never race with request handlers.
@@ -12,8 +12,14 @@ from collections.abc import Callable, Hashable
 
 
 class WallClock:
+    """The system clock, for the shard actor and the consumer (Kafka's ``Time.SYSTEM``: milliseconds of
+    wall-clock time, and a real sleep)."""
+
     def now_ms(self) -> int:
         return int(time.time() * 1000)
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
 
 
 class AsyncioTimers:

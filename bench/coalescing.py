@@ -1,4 +1,4 @@
-"""Request coalescing (``raygroups.client``): what one shard answers when its clients merge the requests
+"""Request coalescing (``raygroups.client.ray_client``): what one shard answers when its clients merge the requests
 bound for it into one Ray call, each figure with its baseline measured in the same run.
 
 * heartbeats answered per second by one shard, members spread over ``--processes`` client processes
@@ -35,8 +35,9 @@ from raygroups.coordinator.errors import Errors  # noqa: E402
 
 from bench.throughput import _rate  # noqa: E402
 from raygroups.chaos.run import quiet_output  # noqa: E402
-from raygroups.client import RayGroupClient  # noqa: E402
-from raygroups.cluster import connect, start_local  # noqa: E402
+from raygroups.client.ray_client import RayGroupClient  # noqa: E402
+from raygroups.deployment.start import connect, start_local  # noqa: E402
+from raygroups.stats import percentile  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 CONFIG = {"group.initial.rebalance.delay.ms": 0, "group.min.session.timeout.ms": 10,
@@ -180,8 +181,8 @@ class HeartbeatDriver:
                 errors[e] = errors.get(e, 0) + 1
         lat = sorted(lat for lat, _ in window)
         return {"answered": len(window), "ok": len(window) - sum(errors.values()), "errors": errors,
-                "p50_ms": 1000 * lat[len(lat) // 2] if lat else None,
-                "p99_ms": 1000 * lat[int(len(lat) * 0.99)] if lat else None,
+                "p50_ms": 1000 * percentile(lat, 0.5) if lat else None,
+                "p99_ms": 1000 * percentile(lat, 0.99) if lat else None,
                 "calls": calls_before["calls"], "requests": calls_before["requests"]}
 
     def stop(self) -> None:

@@ -21,7 +21,6 @@ import json
 import os
 import platform
 import signal
-import statistics
 import subprocess
 import sys
 import threading
@@ -34,7 +33,8 @@ import ray  # noqa: E402
 from raygroups.coordinator.errors import Errors  # noqa: E402
 
 from bench.failover import _group_on  # noqa: E402
-from raygroups.cluster import start_local  # noqa: E402
+from raygroups.deployment.start import start_local  # noqa: E402
+from raygroups.stats import percentile  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TOPIC = "det"
@@ -81,8 +81,8 @@ def _commit_load(cluster, groups: list[str], stop: threading.Event, counts: dict
         f.result(120)
 
 
-def _percentile(sorted_values: list[float], q: float) -> float:
-    return round(sorted_values[max(0, int(len(sorted_values) * q) - 1)], 2)
+def _percentile(values: list[float], q: float) -> float:
+    return round(percentile(values, q), 2)
 
 
 def _load_phase(cluster, groups: list[str], seconds: float) -> dict:
@@ -114,7 +114,7 @@ def _load_phase(cluster, groups: list[str], seconds: float) -> dict:
             "commits_answered": counts,
             "commit_ms_p50": _percentile(commit_ms, 0.5), "commit_ms_p99": _percentile(commit_ms, 0.99),
             "commit_ms_max": round(commit_ms[-1], 2),
-            "noop_task_ms_p50": round(statistics.median(noop_ms), 2), "noop_task_ms_p99": _percentile(noop_ms, 0.99)}
+            "noop_task_ms_p50": _percentile(noop_ms, 0.5), "noop_task_ms_p99": _percentile(noop_ms, 0.99)}
 
 
 def _first_commit_by_new_leader(cluster, partition: int, group: str, old_node: str, old_epoch: int) -> float:

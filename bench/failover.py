@@ -34,7 +34,7 @@ from raygroups.coordinator.messages import OffsetCommitRequest  # noqa: E402
 
 from bench.throughput import _rate  # noqa: E402
 from raygroups import partition_for  # noqa: E402
-from raygroups.cluster import start_local  # noqa: E402
+from raygroups.deployment.start import start_local  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 FILL_TOPIC = "fill"

@@ -27,8 +27,8 @@ from ray.cluster_utils import Cluster as RayCluster  # noqa: E402
 from raygroups.coordinator.errors import Errors  # noqa: E402
 
 from raygroups import partition_for  # noqa: E402
-from raygroups.deployment import SIMULATED_HEALTH_CHECKS, deploy  # noqa: E402
-from raygroups.ray_seam import add_simulated_node  # noqa: E402
+from raygroups.deployment.seam import add_simulated_node  # noqa: E402
+from raygroups.deployment.start import SIMULATED_HEALTH_CHECKS, deploy  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PARTITIONS = 8

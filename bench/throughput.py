@@ -33,7 +33,7 @@ from raygroups.coordinator.messages import (  # noqa: E402
     SyncGroupRequest,
 )
 
-from raygroups.cluster import start_local  # noqa: E402
+from raygroups.deployment.start import start_local  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -91,7 +91,7 @@ class CoordinatorConfig:
     # until one returns. True elects any live replica instead: available sooner, but the commits and
     # group states it had not replicated are lost (the other replicas are truncated to its log).
     unclean_leader_election_enable: bool = False
-    # The Ray client's request coalescing (``raygroups.client``; after the producer's linger.ms and
+    # The Ray client's request coalescing (``raygroups.client.ray_client``; after the producer's linger.ms and
     # batch.size): how long a request may wait for others bound for its shard before the call leaves
     # (0: only what is issued together, or while the lane's previous call is in flight), and the most
     # requests one call carries (1: every request is a call of its own).
@@ -116,8 +116,8 @@ class CoordinatorConfig:
     # every failover onto a node whose spare for the partition runs is a promotion, and it leaves the
     # node's other standbys as they are (a node that just joined, or just stopped leading the partition,
     # gets that spare within a controller round or two, then a process start and a read of the log).
-    # Costs a process per followed partition (measured here: 68 MB of its own, 137 MB resident, 1 % of a
-    # core while idle); the standbys' state is held once either way. Needs shard.standby.enable.
+    # Costs a process per followed partition (its memory and idle CPU: bench/failover.py); the standbys'
+    # state is held once either way. Needs shard.standby.enable.
     shard_standby_per_partition: bool = False
 
     def __post_init__(self) -> None:

@@ -1,7 +1,7 @@
 """Offsets, administration, expiration and load/unload for ``GroupCoordinatorShard``
 (Kafka's ``OffsetMetadataManager`` and the admin paths of ``GroupMetadataManager``).
 
-Split out of ``shard.py`` by concern; it relies on the shard's ``state``, ``groups``, ``timers`` and
+It relies on the shard's ``state``, ``groups``, ``timers`` and
 liveness helpers. Handlers that write return a ``Result`` (records + response); reads return the response.
 """
 

@@ -2,8 +2,7 @@
 ``GroupMetadataManager`` (``prepareRebalance``, ``tryCompleteInitialRebalanceElseSchedule``,
 ``completeClassicGroupJoin``, ``expirePendingSync``, ``propagateAssignment``,
 ``expireClassicGroupMemberHeartbeat``): preparing a rebalance, the (initial, KIP-134) delayed join and its
-completion, the pending-sync timeout, propagating assignments, session timers. Split out of ``shard.py`` by
-concern; it relies on the shard's ``groups``, ``timers``, ``config`` and ``_schedule``. A step that may
+completion, the pending-sync timeout, propagating assignments, session timers. It relies on the shard's ``groups``, ``timers``, ``config`` and ``_schedule``. A step that may
 write returns a ``Result`` (its records), which the caller adds to its own; timers return theirs to the runtime.
 """
 

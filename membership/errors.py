@@ -3,7 +3,7 @@
 ``FatalConsumerError`` and its subclasses mean the consumer cannot continue: ``GroupMember`` raises the same
 instance from every later ``poll_rebalance``/``commit_request``. ``CommitFailedError`` and
 ``RebalanceInProgressError`` mean a commit lost a race with a rebalance; nothing was committed.
-Re-exported by ``membership.member`` and ``raygroups.consumer``.
+Re-exported by ``membership.member`` and ``raygroups.client.consumer``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Offsets for ``GroupMember``: OffsetCommit/OffsetFetch requests and what their errors do, as Kafka's
 ``ConsumerCoordinator`` does it (the tables are in ``reactions``: retry, rediscover, rejoin, or fail).
 
-Split out of ``member.py`` by concern; it relies on the member's ``state``, ``generation``, identity fields
+It relies on the member's ``state``, ``generation``, identity fields
 and the helpers ``raise_if_fatal``, ``mark_coordinator_unknown``, ``request_rejoin``, ``_reset`` and
 ``_fail``. Guarantees: a commit is only requested for the current, stable generation; an answer for an
 older generation never resets the current one.

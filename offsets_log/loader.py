@@ -365,9 +365,9 @@ class RawOffsets:
     at a time (``take``), a group at a time (``take_group``) or a slice at a time (``drain_into``).
 
     A group is found by its keys' prefix, a scan of what is pending on the caller's thread (a shard's event
-    loop; about 70 ms per million keys here). After ``GROUP_SCANS_BEFORE_INDEXING`` scans, a thread indexes
-    a snapshot of the pending keys by group (every key decoded, about 0.6 s per million, off the caller's
-    thread but for the GIL, taken a chunk at a time); once it is done each group costs only its own keys."""
+    loop). After ``GROUP_SCANS_BEFORE_INDEXING`` scans, a thread indexes a snapshot of the pending keys by
+    group (every key decoded, off the caller's thread but for the GIL, taken a chunk at a time); once it is
+    done each group costs only its own keys."""
 
     __slots__ = ("_raw", "_topics", "_where", "_scans", "_by_group", "_indexer")
 

@@ -97,7 +97,7 @@ def node_report(raw: dict, node_id: str) -> NodeReport:
 
 class Controller:
     def __init__(self, namespace: str, settings: Settings, actors: Any) -> None:
-        """``actors`` is everything outside the controller (``raygroups.ray_seam.ActorFactory``): it creates and
+        """``actors`` is everything outside the controller (``raygroups.deployment.seam.ActorFactory``): it creates and
         finds the actors the controller manages, reads Ray's node table and actor states, and holds the
         GCS key-value store -- so that placement depends neither on the actor classes nor on Ray's APIs
         beyond calling actors."""

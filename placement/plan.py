@@ -1,61 +1,31 @@
-"""The controller's target placement: a pure function from (partitions, nodes, previous) to a ``Plan``.
-
-No Ray, no I/O, no clock, no randomness: the controller calls :func:`plan` with the coordinator nodes
-it wants replicas on and the placement it has persisted, then reconciles towards the result.
+"""The controller's target placement: a pure function from (partitions, nodes, previous) to a ``Plan``
+(no Ray, no I/O, no clock, no randomness); the controller reconciles towards it.
 
 Guarantees of ``plan(partitions, nodes, previous, replication_factor, imbalance_threshold)``, with
 ``r = min(replication_factor, len(nodes))``:
 
-* **Complete and distinct.** Every partition in ``range(partitions)`` gets exactly ``r`` replicas on
-  distinct nodes of ``nodes`` -- except an *offline* partition (below), which is left untouched.
-* **Deterministic.** The result depends only on the arguments' values: node ids are sorted, ties are
-  broken by node id then partition id, nothing iterates a set. Same inputs, same ``Plan``, in any
-  process.
-* **Sticky.** A partition keeps every previous replica that is on a node in ``nodes`` (it drops one only
-  when it has more than ``r`` of them, i.e. the replication factor went down: it keeps the current
-  leader, then in-sync replicas, then the earlier ones). Replicas on nodes outside ``nodes`` are
-  dropped and replaced ("re-replication"), each on the least-loaded node that does not hold the
-  partition yet (load = replicas per node; ties by node id).
-* **Balanced with minimal moves.** After re-replication, if some node's replica count lies outside the
-  band ``[min(floor(m), ceil(m*(1-t))), max(ceil(m), floor(m*(1+t)))]`` (``m`` the mean replicas per
-  node, ``t = imbalance_threshold``: Cruise Control's replica-count balance threshold, never tighter than
-  "within one replica"), the plan shifts one replica at a time off a most-loaded node onto a
-  least-loaded one until every node is inside the band. That takes the fewest shifts that can bring
-  every node inside the band (``max(replicas above it, replicas missing below it)``); a balanced cluster
-  never moves anything, and a node that joins gets replicas only through re-replication and these
-  shifts. Each shift is the cheapest chain of moves ("A gives one to B, B gives one to C") where moving
-  a replica this plan added anyway is free, so a shift first re-routes re-replicated replicas and moves
-  at most one previously placed replica (2 placement changes); among those it avoids, in order, the
-  current leader, the preferred leader, an in-sync replica, then takes the lowest partition id. With
-  ``t = 0`` the band is "every node within one replica of every other". Re-replication plus shifts use
-  the fewest placement changes that reach the band (tests compare with a brute-force optimum on small
-  clusters; not proven in general), except after the replication factor goes down, where keeping the
-  leader's and in-sync replicas comes first. From a fresh Kafka layout, losing a node moves exactly
-  the replicas that were on it.
-* **Order.** A brand-new partition is laid out as Kafka's rack-unaware ``assignReplicasToBrokers`` does
-  with start index 0 over the sorted nodes: partition ``p``'s preferred leader is ``nodes[p % n]`` and
-  the followers are shifted by ``p // n``, so preferred leaders (and second replicas) rotate evenly. An
-  existing partition keeps its previous order; replicas it gains are appended at the end.
-* **Leadership untouched.** ``leader``, ``leader_epoch``, ``isr`` and ``partition_epoch`` are carried
-  over verbatim from ``previous`` -- the plan changes only ``replicas`` (the caller bumps
-  ``partition_epoch`` when it commits the change). The controller elects with :func:`elect_leader`,
-  bumps epochs and shrinks/grows the ISR through its own epoch-checked path, so after a node is lost
-  the target may drop a replica that ``leader``/``isr`` still name (elect first, then plan). A brand-new
-  partition gets ``leader = replicas[0]``, ``leader_epoch = 0``, ``isr = replicas``.
-* **Offline partitions are not re-placed.** A previous partition none of whose in-sync replicas is on a
-  node of ``nodes`` holds its committed data only on nodes that are gone; moving its replicas away would
-  make "offline until an in-sync replica returns" impossible. Its assignment is carried over unchanged
-  (``moves`` 0, not moved by balancing); once the controller elects a leader (it returns, or an unclean
-  election) the next plan re-replicates it.
-* ``moves`` is the number of replica placements added or removed relative to ``previous`` (a
-  partition absent from ``previous`` counts all its replicas as added).
+* **Complete and distinct**: every partition gets ``r`` replicas on distinct nodes (offline ones aside).
+* **Deterministic**: same inputs, same ``Plan``, in any process (sorted ids, no set iteration).
+* **Sticky**: a partition keeps every previous replica on a node of ``nodes``; replicas on lost nodes are
+  replaced on the least-loaded nodes ("re-replication"). When ``r`` went down it keeps the leader, then
+  in-sync replicas, then the earlier ones.
+* **Balanced with minimal moves**: while a node's replica count lies outside the band around the mean
+  (``imbalance_threshold``: Cruise Control's replica-count threshold, never tighter than one replica), one
+  replica at a time shifts from a most- to a least-loaded node along the cheapest chain of moves (moving a
+  replica this plan added is free; it avoids the leader, the preferred leader and in-sync replicas). A
+  balanced cluster never moves anything; tests compare with a brute-force optimum on small clusters.
+* **Order**: a new partition is laid out as Kafka's rack-unaware ``assignReplicasToBrokers`` (start index
+  0 over the sorted nodes); an existing one keeps its order, and replicas it gains are appended.
+* **Leadership untouched**: ``leader``, ``leader_epoch``, ``isr`` and ``partition_epoch`` are carried over;
+  the controller elects (:func:`elect_leader`) and bumps epochs itself, so elect first, then plan.
+* **Offline partitions are not re-placed**: one with no in-sync replica on a node of ``nodes`` keeps its
+  assignment until a leader is elected, so "offline until an in-sync replica returns" stays possible.
+* ``moves`` counts replica placements added or removed relative to ``previous``.
 
 Leader balance is Kafka's: :func:`needs_leader_rebalance` is ``leader.imbalance.per.broker.percentage``'s
-trigger and :func:`elect_leader` picks the first live in-sync replica in ``replicas`` order -- the
-preferred leader whenever it is live and in sync, so "elect for every partition whose elected leader
-differs from the current one" is the preferred-replica election.
+trigger, and :func:`elect_leader` picks the first live in-sync replica in ``replicas`` order (the preferred
+replica election).
 """
-
 from __future__ import annotations
 
 import heapq

@@ -23,9 +23,9 @@ from typing import Any
 
 import ray
 
-from raygroups.consumer import CommitFailedError, Consumer, ConsumerError, FatalConsumerError
+from raygroups.client.consumer import CommitFailedError, Consumer, ConsumerError, FatalConsumerError
 from raygroups.coordinator.messages import check_int, check_type
-from raygroups.ray_seam import create_worker
+from raygroups.deployment.seam import create_worker
 from raygroups.sources import Source, SourceRecord, SyntheticSource
 
 log = logging.getLogger(__name__)
@@ -165,13 +165,13 @@ class ConsumerWorker:
 
 
 class ConsumerHost:
-    """One consumer actor process (a plain class; ``raygroups.ray_seam.create_worker`` makes it a Ray actor)
+    """One consumer actor process (a plain class; ``raygroups.deployment.seam.create_worker`` makes it a Ray actor)
     hosting ``count`` members (``ConsumerWorker``) that share one connection to the deployment."""
 
     def __init__(self, namespace: str, group_id: str, topics: list[str], source: Source, processor_cls: type,
                  processor_args: tuple, first_worker_id: int, count: int, consumer_options: dict,
                  commit_interval_s: float, max_records_per_poll: int) -> None:
-        from raygroups.cluster import connect
+        from raygroups.deployment.start import connect
 
         cluster = connect(namespace=namespace)
         self.members = [

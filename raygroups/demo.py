@@ -22,7 +22,7 @@ from raygroups.chaos.faults import faults_for
 
 def main(argv: list[str] | None = None, restore_output: bool = True) -> int:
     from raygroups.chaos.run import RunOptions
-    from raygroups.cli_chaos import run_benchmark
+    from raygroups.cli.chaos import run_benchmark
 
     parser = argparse.ArgumentParser(description="raygroups demo: the failover chaos benchmark, shortened")
     parser.add_argument("--seconds", type=float, default=90.0, help="how long faults are injected")

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from typing import Any
 
-from raygroups.client_api import GroupApi
+from raygroups.client.api import GroupApi
 from raygroups.coordinator.api import dispatch
 from raygroups.coordinator.clock import ManualClock
 from raygroups.coordinator.config import CoordinatorConfig
@@ -204,7 +204,7 @@ class InProcessCoordinator(GroupApi):
         self.close()
 
     # ------------------------------------------------------------------------------------------
-    # The group API (signatures in raygroups.client_api.GroupApi)
+    # The group API (signatures in raygroups.client.api.GroupApi)
     # ------------------------------------------------------------------------------------------
     @_locked
     def _submit(self, request: Any) -> Future:

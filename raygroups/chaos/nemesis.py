@@ -30,8 +30,8 @@ import ray
 from raygroups.actors.shard_actor import partition_dir
 from raygroups.chaos.faults import PlannedFault
 from raygroups.chaos.workload import EventLog, clock
+from raygroups.deployment.seam import NODE_LABEL, Directory
 from raygroups.offsets_log.log import LOCK_FILE
-from raygroups.ray_seam import NODE_LABEL, Directory
 
 SETTLE_TIMEOUT_S = 90.0
 SERVE_TIMEOUT_S = 45.0

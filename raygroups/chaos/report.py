@@ -21,16 +21,15 @@ from raygroups.chaos.checker import CheckResult
 from raygroups.chaos.history import History
 from raygroups.chaos.membership_checks import rebalances
 from raygroups.coordinator.partitioning import partition_for
+from raygroups.stats import percentile
 
 FAILOVER_HORIZON_S = 120.0
 SLOW_S = 1.0  # a commit slower than this counts as its partition being unavailable
 
 
 def _pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))], 3)
+    value = percentile(values, q)
+    return None if value is None else round(value, 3)
 
 
 def _summary(values: list[float]) -> dict:
@@ -212,8 +211,8 @@ def plot_timeline(history: History, report: dict, path: str) -> None:
     if seen:
         ax.set_ylim(0, top * 1.5)  # room for the fault ticks and the legend above the curve
         ax.legend(loc="upper left", bbox_to_anchor=(0, 0.93), fontsize=7, ncol=min(8, len(seen)))
-    p50 = [sorted(v)[len(v) // 2] if v else float("nan") for v in lat]
-    p99 = [sorted(v)[min(len(v) - 1, int(0.99 * len(v)))] if v else float("nan") for v in lat]
+    p50 = [percentile(v, 0.5) if v else float("nan") for v in lat]
+    p99 = [percentile(v, 0.99) if v else float("nan") for v in lat]
     axes[1].plot(xs, p50, label="p50", lw=1)
     axes[1].plot(xs, p99, label="p99", lw=1)
     axes[1].set_yscale("log")

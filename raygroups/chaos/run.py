@@ -48,8 +48,9 @@ from raygroups.chaos.workload import (
     fetch,
 )
 from raygroups.coordinator.partitioning import partition_for
-from raygroups.ray_seam import create_worker
+from raygroups.deployment.seam import create_worker
 from raygroups.sources import SyntheticSource
+from raygroups.stats import percentile
 
 WARMUP_TIMEOUT_S = 180.0
 CALM_S = 3.0
@@ -303,7 +304,7 @@ def audit(cluster: Any, t0: float) -> list[HistoryEvent]:
     """The shards' own records at the end: per partition, the leader's digests and every in-sync replica's
     batches per epoch, below the lowest log end among them."""
     log = EventLog("auditor", t0)
-    from raygroups.ray_seam import Directory
+    from raygroups.deployment.seam import Directory
 
     directory = Directory(cluster.namespace)
     for p in range(cluster.num_partitions):
@@ -385,7 +386,7 @@ def run(options: RunOptions, faults: list[str], view: Any) -> RunResult:
     from raygroups.chaos.checker import check
     from raygroups.chaos.history import read_history
     from raygroups.chaos.report import build_report, plot_timeline
-    from raygroups.cluster import connect, start_local
+    from raygroups.deployment.start import connect, start_local
 
     os.makedirs(options.out, exist_ok=True)
     config = coordinator_config(options.config, options.session_timeout_ms)
@@ -515,8 +516,7 @@ def _noop_call_ms(cluster: Any, calls: int = 200) -> dict:
         start = time.perf_counter()
         ray.get(shard.ping.remote(), timeout=60)
         took.append((time.perf_counter() - start) * 1000)
-    took.sort()
-    return {"p50": round(took[len(took) // 2], 3), "p99": round(took[int(len(took) * 0.99)], 3)}
+    return {"p50": round(percentile(took, 0.5), 3), "p99": round(percentile(took, 0.99), 3)}
 
 
 class ControllerEvents:

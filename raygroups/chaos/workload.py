@@ -25,7 +25,7 @@ import threading
 import time
 from typing import Any
 
-from raygroups.consumer import CommitFailedError, Consumer, ConsumerError, FatalConsumerError
+from raygroups.client.consumer import CommitFailedError, Consumer, ConsumerError, FatalConsumerError
 from raygroups.coordinator.errors import Errors
 
 TOPIC = "orders"
@@ -63,11 +63,11 @@ class EventLog:
 
 
 class ChaosConsumer:
-    """One consumer process of a group (``raygroups.ray_seam.create_worker`` makes it a Ray actor)."""
+    """One consumer process of a group (``raygroups.deployment.seam.create_worker`` makes it a Ray actor)."""
 
     def __init__(self, namespace: str, group: str, process: str, source: Any, t0: float,
                  consumer_options: dict, commit_interval_s: float) -> None:
-        from raygroups.cluster import connect
+        from raygroups.deployment.start import connect
 
         self.group = group
         self.source = source

@@ -1,6 +1,6 @@
 """One Spark session per process, on the connected Ray cluster through raydp, set up for Java 17.
 
-``spark_session()`` starts it once (about 20 s here, and a first query pays JVM warm-up) and hands the same
+``spark_session()`` starts it once (tens of seconds, and a first query pays JVM warm-up) and hands the same
 session to every later caller; ``stop_spark_session()`` ends it. The Spark master actors are pinned to the
 head node so they do not die with a coordinator node; executors are few and small by default (a 2-core
 machine runs the coordinator too). Without a usable Java, ``JavaMissingError`` says what to install, in one
@@ -20,7 +20,7 @@ import tempfile
 import threading
 from typing import Any
 
-from raygroups.ray_seam import HEAD_RESOURCE
+from raygroups.deployment.seam import HEAD_RESOURCE
 
 # raydp needs these on Java 17 for the driver, the executors and its app master (Spark's own launcher adds
 # them only for the driver it starts itself).

@@ -15,7 +15,7 @@ from tests.conditions import wait_for  # noqa: F401  (re-exported for the test m
 def cluster(tmp_path_factory):
     import ray
 
-    from raygroups.cluster import start_local
+    from raygroups.deployment.start import start_local
 
     if ray.is_initialized():  # another module's single-node Ray: this module needs its own cluster
         ray.shutdown()

@@ -21,9 +21,9 @@ GROUPS = [f"pipeline-{i}" for i in range(8)]
 def env(tmp_path_factory):
     import ray
 
-    from raygroups.cluster import start_local
     from raygroups.compaction.spark_session import spark_session, stop_spark_session
-    from raygroups.ray_seam import HEAD_RESOURCE
+    from raygroups.deployment.seam import HEAD_RESOURCE
+    from raygroups.deployment.start import start_local
 
     if ray.is_initialized():  # another module's Ray: this module needs its own cluster
         ray.shutdown()

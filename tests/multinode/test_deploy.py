@@ -30,7 +30,7 @@ def ray_cluster():
     import ray
     from ray.cluster_utils import Cluster as RayCluster
 
-    from raygroups.deployment import SIMULATED_HEALTH_CHECKS
+    from raygroups.deployment.start import SIMULATED_HEALTH_CHECKS
 
     if ray.is_initialized():
         ray.shutdown()

@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 
 from raygroups import Errors, partition_for
-from raygroups.ray_seam import shard_actor_name
+from raygroups.deployment.seam import shard_actor_name
 from tests.multinode.conftest import (
     Workload,
     check_followers_match_leader,
@@ -176,7 +176,7 @@ def test_followers_lost_then_writes_refused_then_back(cluster):
 def test_controller_restart_loses_nothing(cluster):
     import ray
 
-    from raygroups.ray_seam import CONTROLLER_NAME
+    from raygroups.deployment.seam import CONTROLLER_NAME
 
     before = {p: cluster.partition_state(p) for p in range(cluster.num_partitions)}
     ray.kill(ray.get_actor(CONTROLLER_NAME, namespace=cluster.namespace), no_restart=False)

@@ -67,7 +67,7 @@ def _gauge(c, name):
 def test_full_restart_then_every_node_lost_and_restarted_under_its_name(tmp_path):
     import ray
 
-    from raygroups.cluster import start_local
+    from raygroups.deployment.start import start_local
 
     if ray.is_initialized():
         ray.shutdown()

@@ -34,7 +34,7 @@ def ray_session():
 def cluster(ray_session, tmp_path):
     import ray
 
-    from raygroups.cluster import start_local
+    from raygroups.deployment.start import start_local
 
     if not ray.is_initialized():  # a multi-node module shut the shared Ray down: start it again
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _system_config=METRICS_EVERY_SECOND)

@@ -101,7 +101,7 @@ def test_bad_input_raises_in_the_caller_and_changes_nothing(cluster):
 def test_a_shard_that_never_comes_back_surfaces_not_coordinator_after_the_timeout(ray_session, tmp_path):
     import ray
 
-    from raygroups.cluster import start_local
+    from raygroups.deployment.start import start_local
 
     with start_local(num_partitions=1, data_dir=tmp_path, config={"request.timeout.ms": 1_000},
                      namespace="test-gone") as c:

@@ -21,7 +21,7 @@ from raygroups.coordinator.messages import (
 )
 
 from raygroups import Errors, partition_for
-from raygroups.client import lane_of
+from raygroups.client.ray_client import lane_of
 from tests.conditions import wait_for
 from tests.ray.test_ray_client_api import _join, _stable_member
 
@@ -33,7 +33,7 @@ def cluster(ray_session, tmp_path_factory):
     """One deployment for the module (each test uses groups of its own)."""
     import ray
 
-    from raygroups.cluster import start_local
+    from raygroups.deployment.start import start_local
     from tests.ray.conftest import CONFIG, METRICS_EVERY_SECOND
 
     if not ray.is_initialized():
@@ -137,7 +137,7 @@ def test_a_parked_join_holds_back_nothing_else(cluster):
 def test_a_join_answered_at_once_does_not_wait_for_one_that_parks_in_the_same_call(cluster):
     """A rejoin that parks until the rebalance completes and a first join answered at once travel in one
     streaming call: the first join's answer comes back while the rejoin is still parked."""
-    from raygroups.client import RayGroupClient
+    from raygroups.client.ray_client import RayGroupClient
 
     client = RayGroupClient(cluster.namespace, cluster.num_partitions,
                             dataclasses.replace(cluster.config, client_linger_ms=200))

@@ -85,7 +85,7 @@ def test_a_spare_serves_nothing_until_it_adopts_and_serves_that_partition_again_
     import ray
     from ray.experimental import internal_kv
 
-    from raygroups.ray_seam import (
+    from raygroups.deployment.seam import (
         SPARE_BOUND_KEY_PREFIX,
         ActorFactory,
         actor_id,

@@ -140,7 +140,7 @@ def test_watch_rounds_compact_only_partitions_at_least_as_dirty_as_the_ratio(env
     import json
 
     from raygroups import compaction
-    from raygroups.cli_compact import watch_rounds
+    from raygroups.cli.compact import watch_rounds
 
     cluster, _spark = env
     client = cluster.client()

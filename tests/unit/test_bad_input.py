@@ -143,7 +143,7 @@ def test_config_defaults_are_kafkas():
 
 
 def test_shard_session_timeout_reaches_the_controller_and_is_bounded():
-    from raygroups.deployment import _settings
+    from raygroups.deployment.start import _settings
 
     assert _settings(CoordinatorConfig()).shard_silence_ms == 3_000
     assert _settings(CoordinatorConfig.from_properties({"shard.session.timeout.ms": 1_200})).shard_silence_ms == 1_200
@@ -153,7 +153,7 @@ def test_shard_session_timeout_reaches_the_controller_and_is_bounded():
 
 
 def test_unclean_leader_election_is_a_true_false_property_that_reaches_the_controller():
-    from raygroups.deployment import _settings
+    from raygroups.deployment.start import _settings
 
     c = CoordinatorConfig.from_properties({"unclean.leader.election.enable": True})
     assert c.unclean_leader_election_enable and c.to_properties()["unclean.leader.election.enable"] is True

@@ -98,15 +98,15 @@ def test_compact_watch_mode_usage_errors_exit_2(args, message):
 
 
 def test_every_accepts_kafka_style_durations():
-    from raygroups.cli_compact import parse_every
+    from raygroups.cli.compact import parse_every
 
     assert [parse_every(v) for v in ("90", "30s", "10m", "1h", "1d", "1500ms")] == [90, 30, 600, 3600, 86400, 1.5]
     assert parse_every(None) is None
 
 
 def test_config_values_are_integers_or_kafkas_true_false():
-    from raygroups.cli import _parse_config
+    from raygroups.cli.common import parse_config
 
-    assert _parse_config(("min.insync.replicas=2", "unclean.leader.election.enable=TRUE")) == {
+    assert parse_config(("min.insync.replicas=2", "unclean.leader.election.enable=TRUE")) == {
         "min.insync.replicas": 2, "unclean.leader.election.enable": True}
-    assert _parse_config(("unclean.leader.election.enable = false",)) == {"unclean.leader.election.enable": False}
+    assert parse_config(("unclean.leader.election.enable = false",)) == {"unclean.leader.election.enable": False}

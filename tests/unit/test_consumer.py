@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from raygroups.consumer import (
+from raygroups.client.consumer import (
     CommitFailedError,
     Consumer,
     ConsumerRebalanceListener,
@@ -412,7 +412,7 @@ def test_a_commit_that_times_out_is_cancelled_not_retried_in_the_background():
             stuck.append(concurrent.futures.Future())
             return stuck[-1]
 
-    c._client = NeverAnswers(c._client)
+    c._calls.client = NeverAnswers(c._calls.client)
     with pytest.raises(TimeoutError):
         c.commit({(TOPIC, 0): 5}, timeout_s=0.05)
     assert stuck and all(f.cancelled() for f in stuck)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from raygroups.coordinator.config import CoordinatorConfig
 
-from raygroups.deployment import _resumable
-from raygroups.ray_seam import is_spare_of, new_spare_name, spare_of
+from raygroups.deployment.seam import is_spare_of, new_spare_name, spare_of
+from raygroups.deployment.start import _resumable
 
 
 def test_a_spare_belongs_to_its_node_only_even_when_node_names_share_a_prefix():

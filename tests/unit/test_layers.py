@@ -66,11 +66,11 @@ def test_lower_layers_do_not_import_higher_ones():
 
 def test_one_ray_seam_creates_and_finds_every_actor_and_touches_the_gcs():
     """Creating (``ray.remote``), finding (``ray.get_actor``) and the GCS key-value store happen in
-    ``raygroups/ray_seam.py`` only, on the server side and in the client."""
+    ``raygroups/deployment/seam.py`` only, on the server side and in the client."""
     offenders = {}
     for package in ("actors", "placement", "raygroups"):
         for path in sorted((ROOT / package).rglob("*.py")):
-            if path.name == "ray_seam.py":
+            if path.relative_to(ROOT).as_posix() == "raygroups/deployment/seam.py":
                 continue
             text = path.read_text()
             found = [call for call in ("ray.remote(", "ray.get_actor(", "internal_kv", "_internal_kv_")
@@ -78,3 +78,47 @@ def test_one_ray_seam_creates_and_finds_every_actor_and_touches_the_gcs():
             if found:
                 offenders[str(path.relative_to(ROOT))] = found
     assert offenders == {}
+
+
+def _shell_module(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _shell_imports(path: Path, modules: set[str]) -> set[str]:
+    """The shell modules ``path`` imports, at any depth of the file (lazy imports in functions count)."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names if alias.name in modules)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            for alias in node.names:  # ``from package import module`` imports the module
+                submodule = f"{node.module}.{alias.name}"
+                out.add(submodule if submodule in modules else node.module)
+    out &= modules
+    return out
+
+
+def test_no_module_of_the_shell_imports_another_that_imports_it_back():
+    """The shell's modules form no import circle, direct or through others (lazy imports included)."""
+    paths = sorted((ROOT / "raygroups").rglob("*.py"))
+    modules = {_shell_module(path) for path in paths}
+    graph = {_shell_module(path): _shell_imports(path, modules) - {_shell_module(path)} for path in paths}
+    circles = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for target in sorted(graph[module]):
+            if state.get(target) == 1:
+                circles.append(path[path.index(target):] + [target])
+            elif target not in state:
+                visit(target, [*path, target])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert circles == []

@@ -15,8 +15,8 @@ import click
 
 from raygroups import admin
 from raygroups.admin import AdminError
-from raygroups.cli import _ERRORS, _fail, _init_ray, main
-from raygroups.cluster import DEFAULT_NAMESPACE
+from raygroups.cli.common import ERRORS, fail, init_ray, main
+from raygroups.deployment.cluster import DEFAULT_NAMESPACE
 
 
 def _connection(f):
@@ -37,9 +37,9 @@ def _source_option(f):
 
 
 def _connect(address: str, namespace: str):
-    from raygroups.cluster import connect
+    from raygroups.deployment.start import connect
 
-    _init_ray(address)
+    init_ray(address)
     return connect(address, namespace)
 
 
@@ -49,10 +49,10 @@ def _run(fn, *args: Any) -> Any:
 
     try:
         return fn(*args)
-    except (AdminError, *_ERRORS) as e:
-        _fail(e)
+    except (AdminError, *ERRORS) as e:
+        fail(e)
     except ray.exceptions.RayError as e:  # an actor of the deployment died or restarts under the call
-        _fail(RuntimeError(f"the deployment did not answer ({type(e).__name__}); try again"))
+        fail(RuntimeError(f"the deployment did not answer ({type(e).__name__}); try again"))
 
 
 def _echo_json(value: Any) -> None:
@@ -135,7 +135,7 @@ def _coordinator(cluster: Any, group: str) -> dict:
     if cluster.replicated:
         try:
             leader = cluster.partition_state(p)["leader"]
-        except (KeyError, TypeError, *_ERRORS):
+        except (KeyError, TypeError, *ERRORS):
             leader = None
     return {"partition": p, "leader": leader}
 

@@ -1,5 +1,5 @@
-"""The handle on a deployment (``Cluster``) and the single-node embedded default (``start_local``), plus
-``connect``. Replicated deployments are created by ``raygroups.deploy`` (``raygroups.deployment``).
+"""The handle on a deployment (``Cluster``); ``raygroups.deployment.start`` makes one (``start_local``,
+``deploy``, ``connect``).
 
 A deployment is one Ray namespace holding one detached ``CoordinatorShard`` actor per
 ``__consumer_offsets`` partition, plus its description (partition count, config, data directory) and
@@ -10,43 +10,32 @@ named by their stable names (``placement.nodes``).
 
 from __future__ import annotations
 
-import logging
-import os
 import shutil
-import tempfile
 import threading
 import time
 from typing import Any
 
 import ray
 
-from raygroups.client import RayGroupClient
+from raygroups.client.ray_client import RayGroupClient
 from raygroups.coordinator.config import CoordinatorConfig
 from raygroups.coordinator.messages import check_int, check_type
-from raygroups.offsets_log.replica_state import (
-    read_node_descriptor,
-    read_topics_file,
-    write_node_descriptor,
-    write_topics_file,
-)
-from raygroups.placement.nodes import validate_node_name
-from raygroups.ray_seam import (
-    DEPLOYMENT_KEY,
+from raygroups.deployment.seam import (
     DEPLOYMENT_KEYS,
     NODE_LABEL,
-    ActorFactory,
     Directory,
     actor_id,
     actor_state,
     add_simulated_node,
-    create_shard,
     kv_delete,
-    kv_get_json,
-    kv_put_json,
     read_topics,
     read_topics_versioned,
     write_topics,
 )
+from raygroups.offsets_log.replica_state import (
+    write_topics_file,
+)
+from raygroups.placement.nodes import validate_node_name
 
 READY_TIMEOUT_S = 180
 DEFAULT_NAMESPACE = "raygroups"
@@ -359,99 +348,3 @@ class Cluster:
         ray.wait([h.close.remote() for h in handles], num_returns=len(handles), timeout=10)
         for h in handles:
             ray.kill(h, no_restart=True)
-
-
-def start_local(num_partitions: int = 8, data_dir: str | os.PathLike | None = None,
-                config: dict[str, Any] | None = None, namespace: str | None = None,
-                num_cpus: int | None = None, num_nodes: int | None = None) -> Cluster:
-    """The embedded default: a local single-node Ray (started unless one is running) and one shard actor
-    per partition, pinned to that node, data in ``data_dir`` (a temporary directory if None). Called
-    again with the same ``data_dir`` after ``shutdown()`` it resumes the same data.
-
-    ``num_nodes=N`` instead simulates N coordinator nodes (``node-0`` ... ``node-<N-1>``) on this machine
-    (``ray.cluster_utils``) beside a head node that carries the driver and the controller, then runs
-    ``raygroups.deploy`` on it: every partition is replicated on ``offsets.topic.replication.factor`` nodes
-    (capped by N) with ``min.insync.replicas`` (capped likewise); each node's data lives under
-    ``<data_dir>/<node name>``, so the same ``data_dir`` resumes the same replicated deployment."""
-    check_int("num_partitions", num_partitions, 1, 10_000)
-    check_type("data_dir", data_dir, (str, os.PathLike), nullable=True)
-    check_type("namespace", namespace, str, nullable=True)
-    namespace = namespace or DEFAULT_NAMESPACE
-    props = dict(config or {})
-    props["offsets.topic.num.partitions"] = num_partitions
-    if num_nodes is not None:
-        check_int("num_nodes", num_nodes, 1, 32)
-        from raygroups.deployment import start_simulated
-
-        return start_simulated(num_partitions, data_dir, props, namespace, num_nodes)
-    cfg = CoordinatorConfig.from_properties(props)
-    owns_ray = not ray.is_initialized()
-    if owns_ray:
-        # The embedded default's Ray belongs to this process: Ray's notice that it enabled token auth (the
-        # secure default) is not news to its user.
-        logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
-    alive = [n for n in ray.nodes() if n.get("Alive")]
-    if len(alive) > 1:
-        if owns_ray:
-            ray.shutdown()
-        raise RuntimeError(
-            f"start_local() runs the single-node embedded default, but this Ray cluster has {len(alive)} nodes; "
-            f"use raygroups.deploy(address, data_dir=...) to run a replicated deployment on it")
-    if kv_get_json(DEPLOYMENT_KEY, namespace) is not None:
-        if owns_ray:
-            ray.shutdown()
-        raise ValueError(f"namespace {namespace!r} already holds a raygroups deployment; use connect()")
-    owns_data_dir = data_dir is None
-    data_dir = os.path.abspath(tempfile.mkdtemp(prefix="raygroups-") if data_dir is None else os.fspath(data_dir))
-    try:
-        _check_single_node_data_dir(data_dir, num_partitions)
-    except ValueError:
-        if owns_ray:
-            ray.shutdown()
-        raise
-    kv_put_json(DEPLOYMENT_KEY, {"num_partitions": num_partitions, "config": cfg.to_properties(),
-                                 "data_dir": data_dir}, namespace)
-    write_topics(*read_topics_file(data_dir), namespace)  # what was registered before a restart
-    cluster = Cluster(namespace, num_partitions, cfg, data_dir, created=True, owns_ray=owns_ray,
-                      owns_data_dir=owns_data_dir)
-    try:
-        node_id = ray.get_runtime_context().get_node_id()
-        for p in range(num_partitions):
-            create_shard(p, namespace, num_partitions, cfg.to_properties(), data_dir, node_id)
-        cluster.wait_ready(READY_TIMEOUT_S)
-    except BaseException:
-        cluster.shutdown()
-        raise
-    return cluster
-
-
-def _check_single_node_data_dir(data_dir: str, num_partitions: int) -> None:
-    """The embedded default keeps its partitions directly in ``data_dir``; the descriptor there says how
-    many, since another count would route groups to other partitions than their offsets."""
-    os.makedirs(data_dir, exist_ok=True)
-    descriptor = read_node_descriptor(data_dir)
-    if descriptor is None:
-        write_node_descriptor(data_dir, "local", num_partitions)
-    elif descriptor["num_partitions"] != num_partitions:
-        raise ValueError(f"{data_dir} holds a deployment of {descriptor['num_partitions']} partitions; "
-                         f"start_local(num_partitions={num_partitions}) would lose its groups' offsets")
-
-
-def connect(address: str = "auto", namespace: str = DEFAULT_NAMESPACE) -> Cluster:
-    """Attach to a running deployment (``deploy``, ``start_local``; on a ``ray up`` cluster, from any
-    node or through ``address``). The defaults reach the deployment ``deploy`` makes by default."""
-    check_type("address", address, str)
-    check_type("namespace", namespace, str)
-    if not ray.is_initialized():
-        ray.init(address=address, log_to_driver=False)
-    deployment = kv_get_json(DEPLOYMENT_KEY, namespace)
-    if deployment is None:
-        raise ValueError(f"no raygroups deployment in namespace {namespace!r}")
-    cfg = CoordinatorConfig.from_properties(deployment["config"])
-    replicated = bool(deployment.get("replicated"))
-    factory = None
-    if replicated:
-        factory = ActorFactory(namespace, deployment["num_partitions"], cfg.to_properties(), deployment["data_dir"])
-    return Cluster(namespace, deployment["num_partitions"], cfg, deployment["data_dir"], created=False,
-                   owns_ray=False, owns_data_dir=False, replicated=replicated, factory=factory)

@@ -1,4 +1,5 @@
-"""The ``raygroups`` command line (also ``python -m raygroups``), on click with rich output.
+"""The ``raygroups`` command line (also ``python -m raygroups``), on click with rich output: ``deploy`` here,
+the other commands in ``groups``, ``compact`` and ``chaos``, what they share in ``common``.
 
 Exit codes: 0 ok, 1 error (one sentence on stderr, nothing changed), 2 usage. Every command takes
 ``--json`` for machines.
@@ -7,52 +8,13 @@ Exit codes: 0 ok, 1 error (one sentence on stderr, nothing changed), 2 usage. Ev
 from __future__ import annotations
 
 import json
-import logging
-import sys
 from typing import Any
 
 import click
 
-from raygroups import __version__
-from raygroups.cluster import DEFAULT_NAMESPACE, READY_TIMEOUT_S
-
-_ERRORS = (ValueError, TypeError, TimeoutError, RuntimeError, ConnectionError)
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="raygroups")
-def main() -> None:
-    """raygroups: Apache Kafka's consumer-group coordinator as an actor system on Ray."""
-
-
-def _parse_config(items: tuple[str, ...]) -> dict[str, int | bool]:
-    config: dict[str, int | bool] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--config")
-        value = value.strip()
-        if value.lower() in ("true", "false"):  # Kafka's boolean properties
-            config[key.strip()] = value.lower() == "true"
-            continue
-        try:
-            config[key.strip()] = int(value)
-        except ValueError:
-            raise click.BadParameter(f"{key}: {value!r} is not an integer (nor true/false)",
-                                     param_hint="--config") from None
-    return config
-
-
-def _init_ray(address: str) -> None:
-    import ray
-
-    if not ray.is_initialized():
-        ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
-
-
-def _fail(error: BaseException) -> None:
-    click.echo(f"error: {error}", err=True)
-    sys.exit(1)
+from raygroups.cli import chaos, compact, groups  # noqa: F401  (each registers its commands on ``main``)
+from raygroups.cli.common import ERRORS, fail, init_ray, main, parse_config
+from raygroups.deployment.cluster import DEFAULT_NAMESPACE, READY_TIMEOUT_S
 
 
 def deployment_summary(cluster: Any) -> dict:
@@ -117,26 +79,19 @@ def _print_summary(summary: dict) -> None:
 def deploy(address: str, data_dir: str, namespace: str, num_partitions: int, config_items: tuple[str, ...],
            wait: bool, timeout_s: float, as_json: bool) -> None:
     """Create, or resume, a replicated deployment on a Ray cluster (idempotent)."""
-    from raygroups.deployment import deploy as deploy_deployment
-    from raygroups.deployment import validate_deploy_args
+    from raygroups.deployment.start import deploy as deploy_deployment
+    from raygroups.deployment.start import validate_deploy_args
 
-    config = _parse_config(config_items) or None
+    config = parse_config(config_items) or None
     try:
         validate_deploy_args(address, data_dir, namespace, num_partitions, config, wait, timeout_s)
-        _init_ray(address)
+        init_ray(address)
         cluster = deploy_deployment(address, data_dir=data_dir, namespace=namespace, num_partitions=num_partitions,
                                     config=config, wait=wait, timeout_s=timeout_s)
         summary = deployment_summary(cluster)
-    except _ERRORS as e:
-        _fail(e)
+    except ERRORS as e:
+        fail(e)
     if as_json:
         click.echo(json.dumps(summary, sort_keys=True))
     else:
         _print_summary(summary)
-
-
-# Subcommands that live in their own modules register themselves on ``main``.
-from raygroups import cli_chaos, cli_compact, cli_groups  # noqa: E402,F401
-
-if __name__ == "__main__":
-    main()

@@ -11,8 +11,8 @@ from typing import Any
 
 import click
 
-from raygroups.cli import _ERRORS, _fail, _init_ray, main
-from raygroups.cluster import DEFAULT_NAMESPACE
+from raygroups.cli.common import ERRORS, fail, init_ray, main
+from raygroups.deployment.cluster import DEFAULT_NAMESPACE
 
 LOCAL_PARTITIONS = 4
 LOCAL_TOPIC_PARTITIONS = 8
@@ -102,7 +102,7 @@ def compact(address: str, namespace: str, partition_list: str | None, storage_ur
         raise click.UsageError("--rounds needs --every")
     problem = java_problem()
     if problem:
-        _fail(JavaMissingError(problem))
+        fail(JavaMissingError(problem))
     if local:
         code = _compact_local(partitions, storage_uri, as_json, verbose)
     else:
@@ -112,20 +112,20 @@ def compact(address: str, namespace: str, partition_list: str | None, storage_ur
 
 
 def _compact_deployment(address, namespace, partitions, storage_uri, as_json, verbose, watch) -> int:
-    from raygroups.cluster import connect
     from raygroups.compaction.spark_session import stop_spark_session
+    from raygroups.deployment.start import connect
 
     every_s, min_dirty_ratio, rounds = watch
     try:
-        _init_ray(address)
+        init_ray(address)
         cluster = connect(address, namespace)
         if every_s is not None:
             return watch_rounds(cluster, partitions, storage_uri, as_json, verbose, every_s, min_dirty_ratio, rounds)
         report = _run_with_progress(cluster, partitions, storage_uri, as_json, verbose)
-    except _ERRORS as e:
-        _fail(e)
+    except ERRORS as e:
+        fail(e)
     except _spark_errors() as e:
-        _fail(_one_sentence(e))
+        fail(_one_sentence(e))
     finally:
         stop_spark_session()
     _show(report, as_json)
@@ -162,7 +162,7 @@ def watch_rounds(cluster: Any, partitions, storage_uri, as_json: bool, verbose: 
 def _compact_local(partitions, storage_uri, as_json, verbose) -> int:
     from rich.console import Console
 
-    from raygroups.cluster import start_local
+    from raygroups.deployment.start import start_local
 
     console = Console(stderr=as_json, quiet=as_json)
     data_dir = tempfile.mkdtemp(prefix="raygroups-compact-")
@@ -177,12 +177,12 @@ def _compact_local(partitions, storage_uri, as_json, verbose) -> int:
         report = _run_with_progress(cluster, partitions, storage_uri, as_json, verbose)
         after = _fetch_all(client)
         snapshot = _snapshot_offsets(report.snapshot_path) if report.snapshot_path else None
-    except _ERRORS as e:
+    except ERRORS as e:
         _stop(cluster)
-        _fail(e)
+        fail(e)
     except _spark_errors() as e:
         _stop(cluster)
-        _fail(_one_sentence(e))
+        fail(_one_sentence(e))
     _stop(cluster)
     verified = after == before and snapshot == {g: v for g, v in before.items() if v}
     _show(report, as_json, extra={"data_dir": data_dir, "verified": verified,

@@ -1,4 +1,4 @@
-"""The Ray client: the group API of ``raygroups.client_api.GroupApi`` against the shard actors.
+"""The Ray client: the group API of ``raygroups.client.api.GroupApi`` against the shard actors.
 
 Routing is Kafka's FindCoordinator: ``partition_for(group_id)`` → the shard actor named
 ``raygroups-shard-<p>`` in the deployment's namespace (handle cached). A Ray failure on a call (dead or
@@ -46,7 +46,7 @@ from typing import Any
 
 import ray
 
-from raygroups.client_api import GroupApi
+from raygroups.client.api import GroupApi
 from raygroups.coordinator.api import (
     DeleteGroupsRequest,
     DescribeGroupsRequest,
@@ -65,12 +65,12 @@ from raygroups.coordinator.messages import (
     SyncGroupRequest,
 )
 from raygroups.coordinator.partitioning import partition_for
-from raygroups.ray_seam import Directory
+from raygroups.deployment.seam import Directory
 
-# Kafka's client backs off 100 ms growing to 1 s (KIP-580); a coordinator failover here takes 2-3 s and
-# the new leader serves within about 0.2 s of the decision (a promoted hot standby), so the cap is
-# Kafka's fixed retry.backoff.ms of before KIP-580, 100 ms: once the new leader serves, a client notices
-# within a tenth of a second. A try while the coordinator is unknown costs a name lookup per lane.
+# Kafka's client backs off 100 ms growing to 1 s (KIP-580). A promoted hot standby serves soon after the
+# controller's decision, so the cap is Kafka's fixed retry.backoff.ms of before KIP-580, 100 ms: once the
+# new leader serves, a client notices within a tenth of a second. A try while the coordinator is unknown
+# costs a name lookup per lane.
 _BACKOFF_START_S = 0.02
 _BACKOFF_MAX_S = 0.1
 

@@ -9,8 +9,8 @@ import sys
 
 import click
 
-from raygroups.cli import _ERRORS, _fail, _parse_config, main
-from raygroups.cluster import DEFAULT_NAMESPACE
+from raygroups.cli.common import ERRORS, fail, main, parse_config
+from raygroups.deployment.cluster import DEFAULT_NAMESPACE
 
 
 @main.group()
@@ -63,7 +63,7 @@ def run(seconds: float, seed: int, faults: str, rate: float, groups: int, consum
         raise click.BadParameter(f"must be 1..9, got {nodes}", param_hint="--nodes")
     from raygroups.chaos.run import RunOptions, coordinator_config
 
-    config = _parse_config(config_items)
+    config = parse_config(config_items)
     if config and address is not None:
         raise click.BadParameter("applies to the embedded default only (a deployment reached by --address keeps "
                                  "its own)", param_hint="--config")
@@ -95,7 +95,7 @@ def run_benchmark(options, faults: list[str], as_json: bool = False, restore_out
         view = LiveView(terminal, enabled=not as_json and terminal.isatty())
         try:
             result = run_chaos(options, faults, view)
-        except _ERRORS as e:
+        except ERRORS as e:
             view.close()
             terminal.write(f"error: {e}\n")
             return 1
@@ -117,9 +117,9 @@ def check(history: str, as_json: bool) -> None:
     try:
         result = check_history(read_history(history))
     except OSError as e:
-        _fail(ValueError(f"{history}: {(e.strerror or str(e)).lower()}"))
+        fail(ValueError(f"{history}: {(e.strerror or str(e)).lower()}"))
     except HistoryError as e:
-        _fail(ValueError(f"{history}: {e}"))
+        fail(ValueError(f"{history}: {e}"))
     if as_json:
         click.echo(json.dumps(result.to_dict(), sort_keys=True))
     else:

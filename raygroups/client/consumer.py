@@ -4,8 +4,6 @@ The protocol decisions live in ``membership.member.GroupMember`` (pure); this mo
 it sends the requests through ``cluster.client()``, runs the heartbeat thread, keeps positions, runs
 auto-commit and invokes the rebalance listener.
 
-Guarantees:
-
 * ``poll()`` drives membership: listener callbacks run only inside ``poll()``/``close()``, in the caller's
   thread, at Kafka's points — eager: ``on_partitions_revoked(all owned)`` before every rejoin; cooperative:
   after SyncGroup only the partitions no longer assigned are revoked (then the member rejoins at once);
@@ -27,13 +25,9 @@ that thread too, once the poll loop has stopped.
 Not guaranteed: delivery of records (there is no fetcher; the application reports its progress with
 ``seek``); positions of partitions without a committed offset start at 0.
 
-Time: by default the wall clock and a daemon heartbeat thread. An injected ``clock`` (``now_ms()``, and
-``sleep(s)`` if it runs in real time) drives every protocol timer; a clock without ``sleep`` (e.g.
-``raygroups.testing.ManualClock``) starts no thread: background work then runs in ``poll()`` and in
+Time: the wall clock and a daemon heartbeat thread by default. A ``clock`` without ``sleep`` (e.g.
+``raygroups.testing.ManualClock``) starts no thread: background work runs in ``poll()`` and in
 ``run_background_once_for_testing()``, which makes tests deterministic.
-
-Files: the heartbeat thread and the calls into the client are in ``raygroups.consumer_io``; the listener
-base class, the wall clock and the argument checks in ``raygroups.consumer_support``.
 """
 
 from __future__ import annotations
@@ -45,26 +39,28 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from raygroups.consumer_io import ConsumerIOMixin
-from raygroups.consumer_support import (
-    _LISTENER_METHODS,
+from raygroups.actors.timers import WallClock
+from raygroups.client.calls import CoordinatorCalls
+from raygroups.client.listener import (
     _REQUEST_TIMEOUT_S,
     ConsumerRebalanceListener,
     TopicPartition,
-    _check_int,
     _check_timeout,
     _check_tp,
-    _resolve_assignors,
-    _WallClock,
+    check_consumer_args,
+    check_offsets,
+    invoke_listener,
 )
+from raygroups.coordinator.errors import Errors
 from raygroups.coordinator.messages import (
     HeartbeatRequest,
+    HeartbeatResponse,
     JoinGroupRequest,
     JoinGroupResponse,
+    LeaveGroupRequest,
     OffsetCommitResponse,
     OffsetFetchResponse,
     SyncGroupResponse,
-    check_instance_id,
 )
 from raygroups.membership.member import (
     DEFAULT_RETRY_BACKOFF_MS,
@@ -97,7 +93,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-class Consumer(ConsumerIOMixin):
+class Consumer:
     """A consumer-group member (see the module docstring for what it guarantees)."""
 
     def __init__(
@@ -116,44 +112,13 @@ class Consumer(ConsumerIOMixin):
         client_id: str | None = None,
         clock: Any = None,
     ) -> None:
-        if not callable(getattr(cluster, "client", None)) or not callable(getattr(cluster, "topics", None)):
-            raise TypeError("cluster must offer client() and topics() (a raygroups cluster or InProcessCoordinator)")
-        if not isinstance(group_id, str):
-            raise TypeError(f"group_id must be a str, got {type(group_id).__name__}")
-        if not group_id:
-            raise ValueError("group_id must not be empty")
-        if isinstance(topics, (str, bytes)) or not isinstance(topics, (list, tuple, set, frozenset)):
-            raise TypeError(f"topics must be a list of topic names, got {type(topics).__name__}")
-        topics = list(topics)
-        if not topics:
-            raise ValueError("topics must name at least one topic")
-        for t in topics:
-            if not isinstance(t, str):
-                raise TypeError(f"topics entries must be str, got {type(t).__name__}")
-            if not t:
-                raise ValueError("topics entries must not be empty")
-        check_instance_id(group_instance_id)
-        _check_int("session_timeout_ms", session_timeout_ms, 1)
-        _check_int("heartbeat_interval_ms", heartbeat_interval_ms, 1)
-        if heartbeat_interval_ms >= session_timeout_ms:
-            raise ValueError(f"heartbeat_interval_ms ({heartbeat_interval_ms}) must be lower than "
-                             f"session_timeout_ms ({session_timeout_ms})")
-        _check_int("max_poll_interval_ms", max_poll_interval_ms, 1)
-        _check_int("auto_commit_interval_ms", auto_commit_interval_ms, 1)
-        if not isinstance(enable_auto_commit, bool):
-            raise TypeError(f"enable_auto_commit must be a bool, got {type(enable_auto_commit).__name__}")
-        if listener is not None and not any(callable(getattr(listener, m, None)) for m in _LISTENER_METHODS):
-            raise TypeError("listener must define on_partitions_revoked/assigned/lost "
-                            "(see raygroups.consumer.ConsumerRebalanceListener)")
-        if client_id is not None and not isinstance(client_id, str):
-            raise TypeError(f"client_id must be a str or None, got {type(client_id).__name__}")
-        if clock is not None and not callable(getattr(clock, "now_ms", None)):
-            raise TypeError("clock must have a now_ms() method")
-        resolved = _resolve_assignors(assignors)
+        topics, resolved = check_consumer_args(
+            cluster, group_id, topics, assignors, group_instance_id, session_timeout_ms, heartbeat_interval_ms,
+            max_poll_interval_ms, auto_commit_interval_ms, enable_auto_commit, listener, client_id, clock)
 
         self._cluster = cluster
-        self._client = cluster.client()
-        self._clock = clock if clock is not None else _WallClock()
+        self._calls = CoordinatorCalls(cluster)
+        self._clock = clock if clock is not None else WallClock()
         self._sleep = getattr(self._clock, "sleep", None)
         self._real_time = callable(self._sleep)
         self._listener = listener
@@ -183,7 +148,6 @@ class Consumer(ConsumerIOMixin):
         self._auto_commit: tuple[Any, concurrent.futures.Future, dict] | None = None
         self._rebalance_call: tuple[Any, concurrent.futures.Future] | None = None
         self._heartbeat_call: tuple[HeartbeatRequest, concurrent.futures.Future] | None = None
-        self._client_generation = 0  # member.rediscoveries when self._client was obtained
         self._close_started = False
         self._closed = False
 
@@ -225,7 +189,7 @@ class Consumer(ConsumerIOMixin):
             with self._lock:
                 offsets = {tp: p for tp, p in self._positions.items() if tp in self._member.assignment}
         else:
-            offsets = self._validate_offsets(offsets)
+            offsets = check_offsets(offsets)
         if offsets:
             self._commit_sync(offsets, time.monotonic() + timeout_s)
 
@@ -361,6 +325,96 @@ class Consumer(ConsumerIOMixin):
         self._background_step()
 
     # ------------------------------------------------------------------------------------------
+    # Background: heartbeats and the poll timer
+    # ------------------------------------------------------------------------------------------
+    def _start_thread_if_needed(self) -> None:
+        if not self._real_time or self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._run, name=f"raygroups-heartbeat-{self.group_id}", daemon=True)
+        self._thread.start()
+
+    def _stop_thread(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                self._background_step()
+            except Exception:
+                log.exception("heartbeat thread step failed")
+            with self._lock:
+                now = self._clock.now_ms()
+                next_ms = self._member.next_background_ms()
+            interval_s = self._member.heartbeat_interval_ms / 1000.0
+            wait_s = interval_s if next_ms is None else (next_ms - now) / 1000.0
+            self._wake.wait(min(max(wait_s, 0.001), interval_s))
+            self._wake.clear()
+
+    def _background_step(self) -> None:
+        with self._background_lock:
+            self._collect_heartbeat()
+            with self._lock:
+                if self._closed and self._member.closed:
+                    return
+                request = self._member.poll_background(self._clock.now_ms())
+            if isinstance(request, LeaveGroupRequest):
+                self._send_leave(request)
+            elif request is not None:
+                future = self._send("heartbeat", request)
+                future.add_done_callback(lambda _f: self._wake.set())
+                with self._lock:
+                    self._heartbeat_call = (request, future)
+                self._collect_heartbeat()
+
+    def _collect_heartbeat(self) -> None:
+        with self._lock:
+            call = self._heartbeat_call
+            if call is None or not call[1].done():
+                return
+            self._heartbeat_call = None
+        response = self._result(call[1], HeartbeatResponse)
+        with self._lock:
+            self._member.on_heartbeat_response(call[0], response, self._clock.now_ms())
+
+    def _send_leave(self, request: LeaveGroupRequest | None, wait_s: float = 0.0) -> None:
+        if request is None:
+            return
+        future = self._send("leave_group", request)
+        try:
+            response = future.result(timeout=wait_s) if wait_s > 0 or future.done() else None
+        except Exception as e:
+            log.info("LeaveGroup failed: %s", e)
+            return
+        if response is not None and response.error is not Errors.NONE:
+            log.info("LeaveGroup answered %s", response.error.name)
+
+    def _retry_pause(self, deadline: float, what: str) -> None:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError(f"{what} did not succeed before the timeout")
+        pause = min(remaining, self._retry_backoff_ms / 1000.0)
+        (self._sleep if self._real_time else time.sleep)(pause)
+
+    # ------------------------------------------------------------------------------------------
+    # Calls into the client
+    # ------------------------------------------------------------------------------------------
+    def _send(self, method_name: str, request: Any) -> concurrent.futures.Future:
+        with self._lock:
+            rediscoveries = self._member.rediscoveries
+        return self._calls.send(method_name, request, rediscoveries)
+
+    def _call(self, method_name: str, request: Any, deadline: float, response_type: type) -> Any:
+        with self._lock:
+            rediscoveries = self._member.rediscoveries
+        return self._calls.call(method_name, request, deadline, response_type, rediscoveries)
+
+    _result = staticmethod(CoordinatorCalls.result)
+
+    # ------------------------------------------------------------------------------------------
     # Membership (foreground)
     # ------------------------------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -456,20 +510,7 @@ class Consumer(ConsumerIOMixin):
         self._raise_first(errors)
 
     def _invoke(self, event: ListenerEvent) -> BaseException | None:
-        listener = self._listener
-        if listener is None:
-            return None
-        method = getattr(listener, event.method, None)
-        if method is None and event.method == "on_partitions_lost":
-            method = getattr(listener, "on_partitions_revoked", None)
-        if method is None:
-            return None
-        try:
-            method(event.partitions)
-        except Exception as e:  # Kafka finishes the rebalance step, then surfaces the callback's error
-            log.error("rebalance listener %s(%s) failed", event.method, sorted(event.partitions), exc_info=True)
-            return e
-        return None
+        return invoke_listener(self._listener, event)
 
     @staticmethod
     def _raise_first(errors: list[BaseException | None]) -> None:
@@ -480,20 +521,6 @@ class Consumer(ConsumerIOMixin):
     # ------------------------------------------------------------------------------------------
     # Offsets
     # ------------------------------------------------------------------------------------------
-    @staticmethod
-    def _validate_offsets(offsets: Any) -> dict[TopicPartition, int]:
-        if not isinstance(offsets, Mapping):
-            raise TypeError(f"offsets must be a dict of (topic, partition) -> offset, got {type(offsets).__name__}")
-        out = {}
-        for tp, offset in offsets.items():
-            _check_tp("offsets key", tp)
-            if isinstance(offset, bool) or not isinstance(offset, int):
-                raise TypeError(f"offsets[{tp!r}] must be an int, got {type(offset).__name__}")
-            if offset < 0:
-                raise ValueError(f"offsets[{tp!r}] must be >= 0, got {offset}")
-            out[tp] = offset
-        return out
-
     def _commit_sync(self, offsets: dict[TopicPartition, int], deadline: float) -> None:
         while True:
             with self._lock:
