@@ -14,6 +14,7 @@ first, and nothing is done), on a follower also any earlier version a run proved
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import zlib
@@ -132,3 +133,35 @@ def swap(log, store_uri: str, staged: str, inputs: list[tuple], outputs: list[di
         return swap_in(log, outputs, paths, accepted_versions(inputs))
     finally:
         discard_work(work)
+
+
+# ------------------------------------------------------------------------------------------
+# On the leader's shard (``CoordinatorShard.compaction_upload`` / ``compaction_swap``)
+# ------------------------------------------------------------------------------------------
+async def upload_from_leader(served, store_uri: str, run_id: str) -> dict:
+    """``upload`` while no append is in flight (so every closed segment holds acknowledged batches only)."""
+    async with served.writer.between_appends():
+        out = await served.run_io(upload, served.ctx.log, store_uri, served.partition, run_id)
+    return {**out, "leader_epoch": served.ctx.epoch, "node": served.node}
+
+
+async def swap_on_leader(served, store_uri: str, staged: str, leader_epoch: int, inputs: list, outputs: list,
+                         lineage: dict | None, follower_timeout_s: float) -> dict:
+    """Swap a run's compacted segments in if ``served`` still leads at ``leader_epoch`` (a fence: a run that
+    uploaded from an older leader, or raced another run, changes nothing), then on every follower (which
+    also accepts the earlier versions in ``lineage``); each replica swaps all or none."""
+    ctx = served.ctx
+    if ctx.epoch != leader_epoch:
+        raise CompactionRefused(
+            f"partition {served.partition} is led at epoch {ctx.epoch}, the run uploaded at {leader_epoch}")
+    plog = ctx.log
+    work = work_dir(plog.directory, staged)
+    try:
+        paths = await asyncio.to_thread(download, store_uri, staged, outputs, work)
+        out = await served.run_io(swap_in, plog, outputs, paths, accepted_versions(inputs))
+    finally:
+        discard_work(work)
+    if ctx.epoch == leader_epoch and served.active:
+        out["followers"] = await served.writer.swap_followers(
+            store_uri, staged, outputs, accepted_versions(inputs, lineage), follower_timeout_s)
+    return out

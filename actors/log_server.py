@@ -31,6 +31,7 @@ from raygroups.offsets_log.codec import RecordFormatError, payload_base_offset
 from raygroups.offsets_log.replica_state import (
     ReplicaStateError,
     partition_dir,
+    partition_of_dir,
     read_node_descriptor,
     read_replica_state,
     read_topics_file,
@@ -42,7 +43,6 @@ from raygroups.offsets_log.replica_state import (
 )
 
 log = logging.getLogger(__name__)
-_PARTITION_DIR_PREFIX = "__consumer_offsets-"
 MIN_TAIL_BYTES = 64 * 1024  # a standby's read of one partition, at least
 
 
@@ -117,12 +117,9 @@ class LogServer:
 
     def _load_states(self) -> None:
         for name in sorted(os.listdir(self.node_dir)):
-            if not name.startswith(_PARTITION_DIR_PREFIX):
+            partition = partition_of_dir(name)
+            if partition is None:
                 continue
-            suffix = name[len(_PARTITION_DIR_PREFIX):]
-            if not suffix.isdigit():
-                continue
-            partition = int(suffix)
             try:
                 state, fenced = read_replica_state(os.path.join(self.node_dir, name))
             except ReplicaStateError as e:

@@ -15,12 +15,13 @@ exported.
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from typing import Any
 
 from raygroups.coordinator.errors import Errors
 
-# Milliseconds: an fsync on a quiet disk is ~1 ms, a replicated batch a few, a stalled one seconds.
+# Milliseconds: from a single fsync on a quiet disk to a stalled replicated append.
 APPEND_LATENCY_BOUNDARIES_MS = [0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000]
 METRICS_INTERVAL_S = 5.0
 
@@ -150,3 +151,12 @@ class ShardMetrics:
         self.up.set(1 if active else 0)
         if isr_size is not None:
             self.isr_size.set(isr_size)
+
+
+async def metrics_loop(served) -> None:
+    """Refresh ``served``'s shard metrics every ``METRICS_INTERVAL_S`` until the partition is FAILED."""
+    while not served.failed:
+        shard, writer = served.ctx.shard, served.writer
+        isr = 1 + len(writer.replication.isr) if writer.replicated else None
+        served.metrics.refresh({} if shard is None else shard.groups, served.active, isr)
+        await asyncio.sleep(METRICS_INTERVAL_S)

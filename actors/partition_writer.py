@@ -5,19 +5,21 @@ Kafka's replica manager would return and says whether the shard may keep serving
 
 The shard actor runs the same steps whichever writer it has: ``start`` (the leader epoch to serve at),
 ``opened`` (checked against the log's own epochs), ``loaded`` (after replay, before serving), then
-``append`` per batch, ``may_serve`` per request and ``maintain`` in the background.
+``append`` per batch, ``may_serve`` per request and ``maintain`` in the background (``maintenance_loop``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from raygroups.actors.replication import Deposed, LeaderReplication
+from raygroups.actors.replication import Deposed, LeaderReplication, maintenance_interval_s
+from raygroups.actors.timers import WallClock
 from raygroups.coordinator.errors import AppendError, Errors
+from raygroups.coordinator.lifecycle import PartitionState
 from raygroups.offsets_log.batch import Batch
 from raygroups.offsets_log.errors import LogError, StaleEpochError
 from raygroups.offsets_log.leader import append_as_leader
@@ -25,6 +27,7 @@ from raygroups.offsets_log.leader import append_as_leader
 log = logging.getLogger(__name__)
 
 RunIO = Callable[..., Awaitable[Any]]
+_CLOCK = WallClock()  # a batch's timestamp
 
 
 class AppendFailed(Exception):
@@ -126,7 +129,7 @@ class LocalWriter(PartitionWriter):
 
     async def append(self, partition_log, records: list, run_io: RunIO) -> None:
         try:
-            await run_io(append_as_leader, partition_log, records, self.epoch, int(time.time() * 1000))
+            await run_io(append_as_leader, partition_log, records, self.epoch, _CLOCK.now_ms())
         except Exception as e:  # noqa: BLE001 - every failure goes through the one table
             if not isinstance(e, AppendError):
                 log.exception("append failed on partition %d", self.partition)
@@ -162,7 +165,7 @@ class ReplicatedWriter(PartitionWriter):
 
     async def append(self, partition_log, records: list, run_io: RunIO) -> None:
         def batch_for(epoch: int) -> Batch:
-            return Batch(partition_log.log_end_offset, epoch, int(time.time() * 1000), tuple(records))
+            return Batch(partition_log.log_end_offset, epoch, _CLOCK.now_ms(), tuple(records))
 
         async def append_local(batch: Batch) -> None:
             await run_io(partition_log.append, batch, batch.leader_epoch)
@@ -196,3 +199,18 @@ class ReplicatedWriter(PartitionWriter):
             await self.replication.maintain(partition_log, run_io)
         except Deposed as e:
             raise append_failure(e, replicated=True) from e
+
+
+async def maintenance_loop(served) -> None:
+    """The writer's background upkeep while ``served``'s partition is ACTIVE (replicated deployments: confirm
+    leadership, catch followers up), every ``maintenance_interval_s``; a deposed leader steps down."""
+    while served.ctx.state is not PartitionState.FAILED:
+        await asyncio.sleep(maintenance_interval_s(served.config.shard_session_timeout_ms))
+        if served.ctx.state is not PartitionState.ACTIVE:
+            continue
+        try:
+            await served.writer.maintain(served.ctx.log, served.run_io)
+        except AppendFailed as e:
+            served.step_down(str(e))
+        except Exception:  # noqa: BLE001 - try again next round
+            log.exception("replica maintenance failed on shard %d", served.partition)

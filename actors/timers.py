@@ -12,8 +12,9 @@ from collections.abc import Callable, Hashable
 
 
 class WallClock:
-    """The system clock, for the shard actor and the consumer (Kafka's ``Time.SYSTEM``: milliseconds of
-    wall-clock time, and a real sleep)."""
+    """The system clock of everything that runs for real: the shard's runtime, a batch's timestamp, a
+    consumer without an injected clock (Kafka's ``Time.SYSTEM``: milliseconds of wall-clock time, and a
+    real sleep). Tests use ``ManualClock`` instead."""
 
     def now_ms(self) -> int:
         return int(time.time() * 1000)

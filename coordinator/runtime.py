@@ -1,7 +1,7 @@
 """The coordinator runtime: partition lifecycle, the common pre-checks, and the write path.
 
-One ``PartitionContext`` per ``__consumer_offsets`` partition (INITIAL → LOADING → ACTIVE →
-CLOSED/FAILED, with a leader epoch), each with its ``GroupCoordinatorShard``. Every request and every
+One ``PartitionContext`` per ``__consumer_offsets`` partition (its state, moved only through
+``coordinator.lifecycle``, and a leader epoch), each with its ``GroupCoordinatorShard``. Every request and every
 timer expiry runs as one *operation*: the shard handler returns a ``Result``, whose records are replayed
 into the shard's durable state at once (speculatively) and join the partition's open batch. Group commit: one batch is appended at a time,
 operations arriving meanwhile form the next one; the responses an operation completed are released only
@@ -17,35 +17,20 @@ log was ever reverted in memory (so replaying the log gives the live durable sta
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from raygroups.coordinator.clock import Clock, Timers
 from raygroups.coordinator.config import CoordinatorConfig
 from raygroups.coordinator.errors import AppendError, Errors, map_append_error
+from raygroups.coordinator.lifecycle import PartitionEvent, PartitionState, next_state, transition
 from raygroups.coordinator.messages import Deferred
 from raygroups.coordinator.partitioning import partition_for
 from raygroups.coordinator.records import Record
 from raygroups.coordinator.result import Result
 from raygroups.coordinator.shard import GroupCoordinatorShard
 
-
-class PartitionState(enum.StrEnum):
-    INITIAL = "INITIAL"
-    LOADING = "LOADING"
-    ACTIVE = "ACTIVE"
-    CLOSED = "CLOSED"
-    FAILED = "FAILED"
-
-
-class PartitionLog(Protocol):
-    """What the runtime needs from a partition log (``offsets_log`` implements it)."""
-
-    @property
-    def log_end_offset(self) -> int: ...
-
-    def append_records(self, records: list[Record], leader_epoch: int, timestamp_ms: int) -> int: ...
+__all__ = ["CoordinatorRuntime", "PartitionContext", "PartitionState", "PendingOp"]
 
 
 class PendingOp:
@@ -63,7 +48,10 @@ class PendingOp:
 
 
 class PartitionContext:
-    __slots__ = ("partition", "state", "epoch", "shard", "log", "fail_next_append", "pending", "inflight")
+    """One partition's state in the runtime. ``state`` is read by anyone, changed only by the runtime
+    (through ``coordinator.lifecycle.transition``)."""
+
+    __slots__ = ("partition", "state", "epoch", "shard", "log", "pending", "inflight")
 
     def __init__(self, partition: int) -> None:
         self.partition = partition
@@ -71,7 +59,6 @@ class PartitionContext:
         self.epoch = -1
         self.shard: GroupCoordinatorShard | None = None
         self.log: Any = None
-        self.fail_next_append: Errors | None = None
         self.pending: list[PendingOp] = []  # the open batch
         self.inflight: list[PendingOp] | None = None  # the batch being appended
 
@@ -287,24 +274,25 @@ class CoordinatorRuntime:
         ctx.epoch = leader_epoch
         if ctx.state in (PartitionState.LOADING, PartitionState.ACTIVE):
             return None
-        ctx.state = PartitionState.LOADING
+        transition(ctx, PartitionEvent.LOAD)
         ctx.shard = self.new_shard(ctx)
         return ctx
 
     def complete_load(self, ctx: PartitionContext) -> None:
+        next_state(ctx.state, PartitionEvent.LOADED)  # refused before the shard is touched
         shard = ctx.shard
         self._held.append([])
         try:
             loaded = shard.on_loaded()
         finally:
             held = self._held.pop()
-        ctx.state = PartitionState.ACTIVE
+        transition(ctx, PartitionEvent.LOADED)
         for _, sink, value in held:
             sink(value)
         self._run_follow_up(ctx, loaded)
 
     def fail_load(self, ctx: PartitionContext) -> None:
-        ctx.state = PartitionState.FAILED
+        transition(ctx, PartitionEvent.LOAD_FAILED)
         if ctx.shard is not None:
             ctx.shard.timers.cancel_all()
         ctx.shard = None
@@ -316,11 +304,24 @@ class CoordinatorRuntime:
             if leader_epoch < ctx.epoch:
                 return None
             ctx.epoch = leader_epoch
+        self._unload_shard(ctx)
+        transition(ctx, PartitionEvent.UNLOAD)
+        return ctx
+
+    def step_down(self, partition: int) -> PartitionContext:
+        """This leader can no longer serve ``partition`` (deposed, or its log holds a batch it cannot vouch
+        for): unload it as ``unload`` does, and stay FAILED (``NOT_COORDINATOR``) until loaded again."""
+        ctx = self.contexts[partition]
+        next_state(ctx.state, PartitionEvent.STEP_DOWN)  # refused before the shard is touched
+        self._unload_shard(ctx)
+        transition(ctx, PartitionEvent.STEP_DOWN)
+        return ctx
+
+    @staticmethod
+    def _unload_shard(ctx: PartitionContext) -> None:
         if ctx.shard is not None:
             ctx.shard.on_unloaded()
         ctx.shard = None
-        ctx.state = PartitionState.CLOSED
-        return ctx
 
 
 def _checked(result: Result) -> Result:

@@ -35,8 +35,24 @@ class ReplicaStateError(LogError):
     """A descriptor or replica-state file is unreadable or does not describe a valid state."""
 
 
+PARTITION_DIR_PREFIX = "__consumer_offsets-"
+
+
+def node_dir(data_dir: str, node: str) -> str:
+    """Where a node of a replicated deployment keeps its replicas: ``<data_dir>/<node>``."""
+    return os.path.join(data_dir, node)
+
+
 def partition_dir(node_dir: str, partition: int) -> str:
-    return os.path.join(node_dir, f"__consumer_offsets-{partition}")
+    """A partition's log directory: ``<node_dir>/__consumer_offsets-<p>`` (the embedded default's
+    ``node_dir`` is its ``data_dir``)."""
+    return os.path.join(node_dir, f"{PARTITION_DIR_PREFIX}{partition}")
+
+
+def partition_of_dir(name: str) -> int | None:
+    """The partition a directory entry of a node's directory holds (``partition_dir``'s last part), or None."""
+    suffix = name[len(PARTITION_DIR_PREFIX):] if name.startswith(PARTITION_DIR_PREFIX) else ""
+    return int(suffix) if suffix.isdigit() else None
 
 
 def _int(value: Any, field: str, where: str, minimum: int) -> int:

@@ -7,8 +7,8 @@ shard (and, for one that does not answer, ask Ray for the actor's state), then d
 the lock that also serialises the leaders' requests (``leader_started``, ``shrink_isr``, ``expand_isr``).
 
 Performing a commit persists the partition's new state on the disks of its alive replicas — the leader and
-every in-sync replica must take it; an unreachable follower is dropped from the ISR and the commit retried
-once — then in Ray's GCS key-value store (a cache: a restarted controller starts from it; a controller
+every in-sync replica must take it; ``placement.commits`` decides what is tried next when some did not —
+then in Ray's GCS key-value store (a cache: a restarted controller starts from it; a controller
 on a restarted head, with an empty GCS, rebuilds everything from the nodes' disks). Only then is it applied
 in memory, and only then are the shard actors it implies started or stopped.
 
@@ -28,7 +28,7 @@ from collections import deque
 from typing import Any
 
 import ray
-from raygroups.coordinator.config import leadership_lease_s
+from raygroups.placement.commits import COMMIT_ATTEMPTS, after_persist, numbered, persist_targets
 from raygroups.placement.decide import decide
 from raygroups.placement.metrics import ControllerMetrics
 from raygroups.placement.model import (
@@ -45,11 +45,21 @@ from raygroups.placement.model import (
     StartShard,
     StopShard,
     SyncStates,
-    bump,
 )
 from raygroups.placement.nodes import coordinator_nodes, scheduling_for, unlabelled_warning
 from raygroups.placement.plan import PartitionAssignment
-from raygroups.placement.requests import on_expand_isr, on_leader_started, on_shrink_isr, readiness
+from raygroups.placement.requests import (
+    Wait,
+    leases_at_start,
+    on_expand_isr,
+    on_granted,
+    on_leader_started,
+    on_lease_renewed,
+    on_shrink_isr,
+    readiness,
+)
+from raygroups.placement.spare_keeper import SpareKeeper
+from raygroups.placement.spares import SparesSeen, standby_spares_due
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +68,12 @@ PROBE_TIMEOUT_S = 1.0  # at most; a third of shard.session.timeout.ms when that 
 PERSIST_TIMEOUT_S = 5.0
 REPORT_TIMEOUT_S = 60.0  # a LogServer Ray is still starting on a busy node may take this long
 START_REPORTS_TIMEOUT_S = 30.0
-STANDBY_SPARES_RECHECK_S = 10.0  # a node's spares per followed partition are checked at least this often
+STANDBY_SPARES_RECHECK_MS = 10_000  # a node's spares per followed partition are checked at least this often
+
+
+def _now_ms() -> int:
+    """Monotonic: every time in the metadata is this process's own (a clock step is not silence)."""
+    return int(time.monotonic() * 1000)
 
 
 def assignment_from_dict(d: dict) -> PartitionAssignment:
@@ -77,11 +92,6 @@ def _to_json(assignments: dict[int, PartitionAssignment]) -> bytes:
 
 def _from_json(raw: bytes) -> dict[int, PartitionAssignment]:
     return {int(p): assignment_from_dict(a) for p, a in json.loads(raw).items()}
-
-
-def followed_by(partitions: dict[int, PartitionAssignment], node: str) -> frozenset[int]:
-    """The partitions ``node`` holds a replica of while another node leads them, or none does."""
-    return frozenset(p for p, a in partitions.items() if node in a.replicas and a.leader != node)
 
 
 def node_report(raw: dict, node_id: str) -> NodeReport:
@@ -112,13 +122,12 @@ class Controller:
         self._warned: set[str] = set()
         self._topics_version = 0
         self._pe_floor: dict[int, int] = {}  # per partition: the highest partition epoch sent or seen on a disk
-        # Per partition: the node of the leader this controller last confirmed, and when (monotonic).
-        self._confirmed: dict[int, tuple[str, float]] = {}
         self.events: deque[dict] = deque(maxlen=2_000)
         self._metrics = ControllerMetrics(namespace)
-        # Per node: (incarnation, partitions it follows, when) that its spares per partition were last
-        # seen to (``shard.standby.per.partition``), and the one task that sees to them.
-        self._standby_spares: dict[str, tuple[str, frozenset[int], float]] = {}
+        self._spares = SpareKeeper(actors)
+        # Per node: what its spares per partition were last seen to (``shard.standby.per.partition``), and
+        # the one task that sees to them.
+        self._standby_spares: dict[str, SparesSeen] = {}
         self._standby_task: asyncio.Task | None = None
         if ray.is_initialized():  # (never start a Ray just to ask: a plain instance has no loop to start)
             try:  # run the loop from the start, not from the first call (after a restart nobody may call)
@@ -138,11 +147,7 @@ class Controller:
         raw = self._actors.load_partitions()
         cached = {} if raw is None else _from_json(raw)
         if cached and set(cached) <= set(range(self.settings.num_partitions)):
-            self._meta = dataclasses.replace(self._meta, partitions=cached)
-            # The previous instance may have confirmed these leaders a moment ago: their leases count as
-            # renewed now (``leader_started``).
-            started = time.monotonic()
-            self._confirmed = {p: (a.leader, started) for p, a in cached.items() if a.leader is not None}
+            self._meta = dataclasses.replace(self._meta, partitions=cached, leases=leases_at_start(cached, _now_ms()))
         elif cached:
             log.warning("ignoring a cached partition table that does not fit %d partitions", self.settings.num_partitions)
         self._topics_version = self._actors.read_topics()[1]
@@ -178,8 +183,7 @@ class Controller:
     async def _round(self) -> None:
         obs = await self._observe()
         async with self._lock:
-            # Monotonic: every time in the metadata is this process's own (a clock step is not silence).
-            now_ms = int(time.monotonic() * 1000)
+            now_ms = _now_ms()
             before = self._meta
             decision = decide(before, obs, now_ms)
             self._meta = decision.metadata
@@ -187,11 +191,12 @@ class Controller:
             if not await self._perform(decision):
                 # Something it decided did not take effect: keep what did (partitions, holders, marks) and
                 # decide the rest again from the state of before, so that nothing seen this round (a
-                # restarted node, a report) is forgotten.
+                # restarted node, a report) is forgotten; leases renewed meanwhile stay renewed.
                 self._meta = dataclasses.replace(before, partitions=self._meta.partitions, held=self._meta.held,
-                                                 marked=self._meta.marked)
+                                                 marked=self._meta.marked, leases=self._meta.leases,
+                                                 unclaimed=self._meta.unclaimed)
             self._metrics.refresh(self._meta.partitions, self.settings.replication_factor)
-        self._see_to_standby_spares()
+        self._see_to_standby_spares(now_ms)
 
     # ------------------------------------------------------------------------------------------
     # Observe
@@ -236,41 +241,35 @@ class Controller:
         """Once per incarnation of a coordinator node (with its disk report): a spare shard process there,
         whether or not it leads anything yet, so that a failover onto it adopts instead of starting one."""
         try:
-            if await asyncio.to_thread(self._actors.ensure_spare, name, scheduling_for(node, name)):
+            if await asyncio.to_thread(self._spares.ensure_spare, name, scheduling_for(node, name)):
                 self._event({"event": "spare-started", "node": name})
         except Exception as e:  # noqa: BLE001 - the node gets one with the first shard started there
             log.info("could not start a spare on %s: %s", name, e)
 
-    def _see_to_standby_spares(self) -> None:
-        """In the background (one task at a time): every reported node gets a spare per partition it follows
-        when the partitions it follows changed, its incarnation did, or every ``STANDBY_SPARES_RECHECK_S``
-        (``ActorFactory.ensure_standby_spares``, which does nothing without ``shard.standby.per.partition``)."""
+    def _see_to_standby_spares(self, now_ms: int) -> None:
+        """In the background (one task at a time): the nodes ``spares.standby_spares_due`` names get a spare
+        per partition they follow (``SpareKeeper.ensure_standby_spares``, which does nothing without
+        ``shard.standby.per.partition``)."""
         if self._obs is None or (self._standby_task is not None and not self._standby_task.done()):
             return
-        now = time.monotonic()
-        todo = {}
-        for name, o in self._obs.nodes.items():
-            if not o.alive or name in self._meta.refused or self._meta.reported.get(name) != o.node_id:
-                continue
-            followed = followed_by(self._meta.partitions, name)
-            last = self._standby_spares.get(name)
-            if last is None or last[:2] != (o.node_id, followed) or now - last[2] > STANDBY_SPARES_RECHECK_S:
-                todo[name] = (o, followed)
+        # What each node followed once this round's failovers were performed, fixed now: read later, a
+        # failover decided in the next round but not yet performed could make the spare it is about to adopt
+        # look unwanted.
+        due = standby_spares_due(self._meta, self._obs, self._standby_spares, now_ms, STANDBY_SPARES_RECHECK_MS)
+        todo = {name: (incarnation, followed, scheduling_for(self._obs.nodes[name], name))
+                for name, (incarnation, followed) in due.items()}
         if todo:
             self._standby_task = asyncio.get_running_loop().create_task(self._ensure_standby_spares(todo))
 
     async def _ensure_standby_spares(self, todo: dict) -> None:
-        for name, (o, followed) in sorted(todo.items()):
+        for name, (incarnation, followed, scheduling) in sorted(todo.items()):
             try:
-                # What the node followed once this round's failovers were performed: read now, a failover
-                # decided in the next round but not yet performed could make the spare it is about to
-                # adopt look unwanted.
-                started, stopped = await asyncio.to_thread(self._actors.ensure_standby_spares, name, set(followed),
-                                                           scheduling_for(o, name))
+                started, stopped = await asyncio.to_thread(self._spares.ensure_standby_spares, name, followed,
+                                                           scheduling)
             except Exception as e:  # noqa: BLE001 - tried again next round
                 log.info("could not see to the spares per partition on %s: %s", name, e)
                 continue
-            self._standby_spares[name] = (o.node_id, followed, time.monotonic())
+            self._standby_spares[name] = SparesSeen(incarnation, followed, _now_ms())
             if started or stopped:
                 self._event({"event": "standby-spares", "node": name, "started": started, "stopped": stopped})
 
@@ -357,30 +356,23 @@ class Controller:
         if self._obs is None:
             return False  # not looked at the cluster yet: no idea which replicas must take it
         alive = self._alive()
-        missing: set[str] = set()
-        for _attempt in range(3):
+        for _attempt in range(COMMIT_ATTEMPTS):
             # Never reuse a partition epoch: one a failed commit left on some disk names another state.
-            a = dataclasses.replace(a, partition_epoch=max(a.partition_epoch, self._pe_floor.get(p, -1) + 1))
+            a = numbered(a, self._pe_floor.get(p, -1))
             self._pe_floor[p] = a.partition_epoch
-            targets = (set(a.replicas) | set(c.previous.replicas if c.previous else ())) & alive
-            required = ({a.leader} | set(a.isr)) & alive - {None}
+            targets, required = persist_targets(c, a, alive)
             persisted, stale = await self._persist(p, a, sorted(targets), required)
-            missing = required - persisted
-            if not missing:
+            outcome = after_persist(a, required, persisted, stale)
+            if outcome.done or outcome.retry is None:
                 break
-            if stale:
-                # Those disks hold a higher partition epoch already: number this state above it and retry.
-                self._pe_floor[p] = max(self._pe_floor[p], *stale.values())
-                continue
-            if a.leader in missing:
-                break
-            # A follower that cannot take the state now cannot be counted on later: it leaves the ISR (the
-            # leader catches it up and it rejoins).
-            a = bump(a, isr=tuple(n for n in a.isr if n not in missing))
-        if missing:
-            self._event({"event": "commit-failed", "partition": p, "reason": c.reason, "unreachable": sorted(missing)})
+            if outcome.floor is not None:
+                self._pe_floor[p] = max(self._pe_floor[p], outcome.floor)
+            a = outcome.retry
+        if not outcome.done:
+            self._event({"event": "commit-failed", "partition": p, "reason": c.reason,
+                         "unreachable": sorted(outcome.missing)})
             return False
-        self._meta = self._meta.with_partition(p, a, c.holders & persisted)
+        self._meta = self._meta.with_partition(p, a, c.holders & persisted, c.elected)
         self._save()
         self._metrics.on_commit(p, current, a)
         self._metrics.refresh(self._meta.partitions, self.settings.replication_factor)
@@ -420,7 +412,7 @@ class Controller:
     async def _start_shard(self, action: StartShard) -> None:
         node = self._obs.nodes.get(action.node) if self._obs else None
         try:
-            await asyncio.to_thread(self._actors.replace_shard, action.partition, action.node,
+            await asyncio.to_thread(self._spares.replace_shard, action.partition, action.node,
                                     scheduling_for(node, action.node))
             self._event({"event": "shard-started", "partition": action.partition, "node": action.node,
                          "reason": action.reason})
@@ -443,37 +435,33 @@ class Controller:
     async def leader_started(self, partition: int, node: str, ray_node_id: str | None = None,
                              actor_id: str | None = None) -> dict | None:
         """A shard actor on ``node`` (Ray node ``ray_node_id``; Ray actor ``actor_id``) is about to serve
-        ``partition``: give it a fresh epoch (above every earlier incarnation's), persisted and fenced on the
-        replicas, with the replicas and the ISR. None if ``node`` does not lead the partition, or if the
+        ``partition``: give it the epoch the round that elected it chose (already persisted and fenced on the
+        replicas), or, if a shard had that one, a fresh epoch above every earlier incarnation's, persisted
+        and fenced first; with the replicas and the ISR (``requests.on_leader_started`` decides). None if ``node`` does not lead the partition, or if the
         calling actor is no longer the partition's shard (replaced while its call was in flight: the new
         shard gets the epoch, never the old one); ``{"wait": reason}`` while this controller has not yet
         checked that incarnation of the node and its disk, or while the previous leader's lease runs (then
         with ``retry_in_s``, how much of it is left)."""
         await self._ensure_running()
         async with self._lock:
+            now_ms = _now_ms()  # after the shard asked: the lease recorded ends no earlier than its own
             if self._obs is None:
                 return {"wait": "the controller has not looked at the cluster yet"}
             if actor_id is not None and await asyncio.to_thread(self._current_shard_id, partition) != actor_id:
                 return None
-            new = on_leader_started(self._meta, partition, node, ray_node_id)
-            if new is None or isinstance(new, str):
-                return None if new is None else {"wait": new}
-            lease = self._previous_lease_left(partition, node)
-            if lease > 0:
-                # A leader elsewhere that the controller confirmed lately may still be answering (paused,
-                # or cut off from Ray but not from its clients): the new one waits until it stops.
-                return {"wait": f"the previous leader's lease runs for {lease:.2f} s more", "retry_in_s": lease}
-            await self._commit_or_raise(Commit(partition, new, self._meta.partitions[partition], "leader started"))
-            self._confirmed[partition] = (node, time.monotonic())
+            answer = on_leader_started(self._meta, partition, node, ray_node_id, now_ms)
+            if answer is None:
+                return None
+            if isinstance(answer, Wait):
+                if answer.retry_in_ms is None:
+                    return {"wait": answer.reason}
+                return {"wait": answer.reason, "retry_in_s": answer.retry_in_ms / 1000}
+            if answer.persist:
+                await self._commit_or_raise(Commit(partition, answer.assignment, self._meta.partitions[partition],
+                                                   "leader started"))
+            self._meta = on_granted(self._meta, partition, node, now_ms)
             a = self._meta.partitions[partition]
             return {"leader_epoch": a.leader_epoch, "replicas": list(a.replicas), "isr": list(a.isr)}
-
-    def _previous_lease_left(self, partition: int, node: str) -> float:
-        """Seconds the lease of the partition's last confirmed leader still runs, if it was on another node."""
-        confirmed = self._confirmed.get(partition)
-        if confirmed is None or confirmed[0] == node:
-            return 0.0
-        return confirmed[1] + leadership_lease_s(self.settings.shard_silence_ms) - time.monotonic()
 
     def _current_shard_id(self, partition: int) -> str | None:
         """The Ray actor id of the shard actor registered under the partition's name now (None: none)."""
@@ -553,9 +541,8 @@ class Controller:
         confirms it is remembered, so that no leader on another node gets an epoch before that lease ran
         out (``leader_started``)."""
         await self._ensure_running()
+        self._meta = on_lease_renewed(self._meta, partition, leader_epoch, node, _now_ms())
         a = self._meta.partitions.get(partition)
-        if a is not None and leader_epoch is not None and a.leader_epoch == leader_epoch and a.leader == node:
-            self._confirmed[partition] = (node, time.monotonic())
         return None if a is None else assignment_to_dict(a)
 
     async def nodes(self) -> dict[str, dict]:

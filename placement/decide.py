@@ -35,7 +35,9 @@ What a round decides, in order:
    an empty disk never leads (the election waits for reports). Dead and restarted followers leave
    the ISR (KIP-903: a restarted replica may have lost what it had not flushed); they rejoin after the
    leader has caught them up. An offline partition whose ISR member is alive comes back with it as leader.
-   Unclean election (any live replica) only if configured.
+   Unclean election (any live replica) only if configured. A leader elected here (here or in 7) gets its
+   new epoch fenced on the disks by this round's commit: the shard started for it confirms that epoch
+   (``requests.on_leader_started``) rather than persisting another, so a failover persists once.
 5. **Shards.** A partition's shard actor runs only on its leader's node. A shard that Ray is still
    scheduling, starting or restarting, or that is loading, is not silent: silence counts from its first
    answer, and the start itself has a deadline. A shard silent for ``shard_silence_ms`` (paused, hung), one
@@ -106,6 +108,7 @@ class _Round:
         self.last_balance = meta.last_balance_ms
         self.restarted: set[str] = set()
         self.to_start: dict[int, tuple[str, str]] = {}
+        self.elected: set[int] = set()  # partitions given a new leader (and epoch) by this round
         self.events: list[Event] = []
 
     # --- helpers ------------------------------------------------------------------------------
@@ -160,6 +163,7 @@ class _Round:
             b = bump(a, leader=None, leader_epoch=a.leader_epoch + 1)
         else:
             b = bump(a, leader=new, leader_epoch=a.leader_epoch + 1, isr=isr)
+            self.elected.add(p)
         self.change(p, b, reason)
         self.event("failover", partition=p, reason=reason, old=a.leader, new=new, epoch=b.leader_epoch)
 
@@ -317,6 +321,7 @@ class _Round:
                     b = bump(a, leader=new, leader_epoch=a.leader_epoch + 1,
                              isr=tuple(n for n in isr if n in alive))
                     self.change(p, b, f"in-sync replica {new} is back")
+                    self.elected.add(p)
                     self.event("failover", partition=p, reason="replica back", old=None, new=new,
                                epoch=b.leader_epoch)
 
@@ -411,6 +416,7 @@ class _Round:
             if a.leader != preferred and preferred in live and preferred in a.isr and p in self.held.get(preferred, ()):
                 b = bump(a, leader=preferred, leader_epoch=a.leader_epoch + 1)
                 self.change(p, b, f"preferred leader {preferred}")
+                self.elected.add(p)
                 self.event("preferred-leader", partition=p, old=a.leader, new=preferred, epoch=b.leader_epoch)
 
     # --- result -------------------------------------------------------------------------------
@@ -418,7 +424,8 @@ class _Round:
         actions: list[Action] = list(self.events)
         for p in sorted(self.reasons):
             actions.append(Commit(p, self.parts[p], self.meta.partitions.get(p), self.reasons[p],
-                                  self.holders.get(p, frozenset())))
+                                  self.holders.get(p, frozenset()),
+                                  elected=p in self.elected and self.parts[p].leader is not None))
         for node, partitions in sorted(self.resync.items()):
             stale = tuple(sorted(p for p in partitions if p not in self.reasons))  # a commit updates the others
             if stale:

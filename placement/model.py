@@ -106,6 +106,15 @@ class ShardTrack:
 
 
 @dataclass(frozen=True)
+class Lease:
+    """The leader of a partition the controller last confirmed (its start or a renewal naming its epoch), and
+    when (``now_ms``): it may answer clients until ``leadership_lease_ms`` after that."""
+
+    node: str
+    confirmed_ms: int
+
+
+@dataclass(frozen=True)
 class Metadata:
     settings: Settings
     partitions: Mapping[int, PartitionAssignment] = field(default_factory=dict)  # durable
@@ -124,15 +133,26 @@ class Metadata:
     placed_on: tuple[str, ...] = ()  # the node set replicas were last planned over
     started_ms: int | None = None  # when every partition first served: the deployment is up
     last_balance_ms: int = 0
+    leases: Mapping[int, Lease] = field(default_factory=dict)
+    # Per partition: a leader epoch that ``decide`` elected and the disks took, that no shard has been given
+    # yet: the first shard that asks for its epoch (``requests.on_leader_started``) gets it as it is.
+    unclaimed: Mapping[int, int] = field(default_factory=dict)
 
-    def with_partition(self, partition: int, assignment: PartitionAssignment, holders=()) -> Metadata:
+    def with_partition(self, partition: int, assignment: PartitionAssignment, holders=(),
+                       elected: bool = False) -> Metadata:
         """``assignment`` took effect; ``holders`` now hold the partition's data (its creation, or a replica
         that was caught up and rejoined the ISR). An ordinary commit adds no holder: writing a state file
-        on a node does not put the partition's log there."""
+        on a node does not put the partition's log there. ``elected``: its leader epoch is one ``decide``
+        chose for a new leader (``Commit.elected``), not yet given to any shard."""
         held = dict(self.held)
         for node in holders:
             held[node] = held.get(node, frozenset()) | {partition}
-        return replace(self, partitions={**self.partitions, partition: assignment}, held=held)
+        unclaimed = dict(self.unclaimed)
+        if elected and assignment.leader is not None:
+            unclaimed[partition] = assignment.leader_epoch
+        elif partition in unclaimed and unclaimed[partition] != assignment.leader_epoch:
+            del unclaimed[partition]
+        return replace(self, partitions={**self.partitions, partition: assignment}, held=held, unclaimed=unclaimed)
 
     def min_insync_replicas(self) -> int:
         """What a recovery quorum must assume: the lowest min.insync.replicas configured or recorded."""
@@ -157,6 +177,9 @@ class Commit:
     previous: PartitionAssignment | None
     reason: str
     holders: frozenset[str] = frozenset()  # nodes that hold the partition's data once this takes effect
+    # Its leader epoch elects a new leader (a failover, a replica back, the preferred leader): fenced on the
+    # disks by this commit, so the shard started for it confirms it rather than persisting another.
+    elected: bool = False
 
 
 @dataclass(frozen=True)

@@ -4,26 +4,91 @@ of its metadata (``placement.model``).
 
 from __future__ import annotations
 
-from raygroups.placement.model import Metadata, Observations, ShardObservation, bump
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from raygroups.coordinator.config import leadership_lease_s
+from raygroups.placement.model import Lease, Metadata, Observations, Settings, ShardObservation, bump
 from raygroups.placement.plan import PartitionAssignment
 
 
-def on_leader_started(meta: Metadata, partition: int, node: str,
-                      ray_node_id: str | None = None) -> PartitionAssignment | str | None:
-    """A shard on ``node`` (Ray node ``ray_node_id``) is about to serve ``partition``: a fresh epoch above
-    every earlier incarnation's (the commit fences every replica at it); None if ``node`` does not lead the
-    partition or the shard runs on a superseded incarnation of it; a reason to wait (a str) while the
-    controller has not yet seen this incarnation's disk holding the partition."""
+@dataclass(frozen=True)
+class Wait:
+    """Ask again later: why, and (the previous leader's lease) in how many ms; None: soon."""
+
+    reason: str
+    retry_in_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class Grant:
+    """The state whose leader epoch the asking shard serves under. ``persist``: a new epoch, to be committed
+    (and so fenced on the replicas) before it is given; otherwise the epoch ``decide`` elected and the
+    disks already hold, given as it is (:func:`on_granted` records it taken)."""
+
+    assignment: PartitionAssignment
+    persist: bool
+
+
+def leadership_lease_ms(settings: Settings) -> int:
+    return int(leadership_lease_s(settings.shard_silence_ms) * 1000)
+
+
+def previous_lease_left_ms(meta: Metadata, partition: int, node: str, now_ms: int) -> int:
+    """How long the lease of the partition's last confirmed leader still runs, if it was on another node."""
+    lease = meta.leases.get(partition)
+    if lease is None or lease.node == node:
+        return 0
+    return max(0, lease.confirmed_ms + leadership_lease_ms(meta.settings) - now_ms)
+
+
+def on_leader_started(meta: Metadata, partition: int, node: str, ray_node_id: str | None,
+                      now_ms: int) -> Grant | Wait | None:
+    """A shard on ``node`` (Ray node ``ray_node_id``) is about to serve ``partition`` at ``now_ms``. None if
+    ``node`` does not lead the partition or the shard runs on a superseded incarnation of it. A
+    :class:`Wait` while the controller has not yet seen this incarnation's disk holding the partition, or
+    while the lease of a leader it confirmed on another node runs (a paused leader, or one cut off from Ray
+    but not from its clients, may still answer). Else a :class:`Grant`: the epoch ``decide`` elected if no
+    shard has had it, otherwise a fresh epoch above every earlier incarnation's (a restart in place)."""
     a = meta.partitions.get(partition)
     if a is None or a.leader != node or (ray_node_id is not None and ray_node_id in meta.superseded):
         return None
     if ray_node_id is not None and meta.incarnations.get(node) != ray_node_id:
-        return f"the controller has not seen this incarnation of node {node} yet"
+        return Wait(f"the controller has not seen this incarnation of node {node} yet")
     if meta.reported.get(node) != meta.incarnations.get(node):
-        return f"the disk of node {node} has not reported yet"
+        return Wait(f"the disk of node {node} has not reported yet")
     if partition not in meta.held.get(node, ()):
-        return f"the disk of node {node} does not hold partition {partition}"
-    return bump(a, leader_epoch=a.leader_epoch + 1)
+        return Wait(f"the disk of node {node} does not hold partition {partition}")
+    left = previous_lease_left_ms(meta, partition, node, now_ms)
+    if left > 0:
+        return Wait(f"the previous leader's lease runs for {left / 1000:.2f} s more", left)
+    if meta.unclaimed.get(partition) == a.leader_epoch:
+        return Grant(a, persist=False)
+    return Grant(bump(a, leader_epoch=a.leader_epoch + 1), persist=True)
+
+
+def on_granted(meta: Metadata, partition: int, node: str, now_ms: int) -> Metadata:
+    """The partition's current epoch was given to its shard on ``node`` at ``now_ms``: no other shard gets it
+    as it is, and that leader's lease counts from now."""
+    unclaimed = {p: e for p, e in meta.unclaimed.items() if p != partition}
+    return replace(meta, unclaimed=unclaimed, leases={**meta.leases, partition: Lease(node, now_ms)})
+
+
+def on_lease_renewed(meta: Metadata, partition: int, leader_epoch: int | None, node: str | None,
+                     now_ms: int) -> Metadata:
+    """A leader renewing its lease named its epoch and node: if they are the partition's, its lease counts
+    from ``now_ms`` (no leader on another node gets an epoch before it ran out); anything else renews
+    nothing."""
+    a = meta.partitions.get(partition)
+    if a is None or leader_epoch is None or a.leader_epoch != leader_epoch or a.leader != node:
+        return meta
+    return replace(meta, leases={**meta.leases, partition: Lease(node, now_ms)})
+
+
+def leases_at_start(partitions: Mapping[int, PartitionAssignment], now_ms: int) -> dict[int, Lease]:
+    """A controller starting from the cache: the previous instance may have confirmed these leaders a
+    moment ago, so their leases count as renewed now."""
+    return {p: Lease(a.leader, now_ms) for p, a in partitions.items() if a.leader is not None}
 
 
 def on_shrink_isr(meta: Metadata, partition: int, leader_epoch: int, node: str) -> tuple[bool, PartitionAssignment | None]:

@@ -36,6 +36,7 @@ from raygroups.offsets_log.batch import records_below
 from raygroups.offsets_log.leader import append_as_leader
 from raygroups.offsets_log.loader import LoadSummary, replay
 from raygroups.offsets_log.memory import InMemoryLog
+from raygroups.offsets_log.replica_state import partition_dir
 
 __all__ = ["InProcessCoordinator", "ManualClock", "IllegalStateError"]
 
@@ -87,6 +88,7 @@ class InProcessCoordinator(GroupApi):
         self._lock = threading.RLock()
         self._topics: dict[str, int] = {}
         self._memory_logs: dict[int, InMemoryLog] = {}
+        self._fail_next_append: dict[int, Errors] = {}  # fail_next_append_for_testing, by partition
         self._runtime = CoordinatorRuntime(
             num_partitions,
             self.config,
@@ -145,14 +147,14 @@ class InProcessCoordinator(GroupApi):
         from raygroups.offsets_log import open_log
 
         return open_log(
-            os.path.join(self.log_dir, f"__consumer_offsets-{partition}"),
+            partition_dir(self.log_dir, partition),
             segment_bytes=self.config.offsets_topic_segment_bytes,
             fsync_interval_ms=self.config.log_flush_interval_ms or None,
         )
 
     def _append(self, ctx: PartitionContext, records: list[Record]) -> None:
-        if ctx.fail_next_append is not None:
-            error, ctx.fail_next_append = ctx.fail_next_append, None
+        error = self._fail_next_append.pop(ctx.partition, None)
+        if error is not None:
             raise AppendError(error, "injected by fail_next_append_for_testing")
         append_as_leader(ctx.log, records, ctx.epoch, self.clock.now_ms())
 
@@ -229,7 +231,7 @@ class InProcessCoordinator(GroupApi):
             else:
                 from raygroups.offsets_log import open_log
 
-                path = os.path.join(self.log_dir, f"__consumer_offsets-{partition}")
+                path = partition_dir(self.log_dir, partition)
                 if not os.path.isdir(path):
                     return []
                 log, close = open_log(path), True
@@ -253,17 +255,25 @@ class InProcessCoordinator(GroupApi):
         check_int("partition", partition, 0, self.num_partitions - 1)
         if not isinstance(error, Errors) or error is Errors.NONE:
             raise TypeError(f"error must be an Errors member other than NONE, got {error!r}")
-        self._runtime.contexts[partition].fail_next_append = error
+        self._fail_next_append[partition] = error
 
     @_locked
     def set_loading_for_testing(self, partition: int, loading: bool) -> None:
+        """A load of ``partition`` in progress (``True``: it resigns, then replays its log without finishing),
+        or that load's end (``False``), through the partition's real lifecycle."""
+        check_int("partition", partition, 0, self.num_partitions - 1)
         ctx = self._runtime.contexts[partition]
-        if loading:
-            if ctx.shard is None:
-                ctx.shard = self._runtime.new_shard(ctx)
-            ctx.state = PartitionState.LOADING
-        elif ctx.shard is not None:
-            ctx.state = PartitionState.ACTIVE
+        if not loading:
+            if ctx.state is PartitionState.LOADING:
+                self._runtime.complete_load(ctx)
+            return
+        if ctx.state is PartitionState.LOADING:
+            return
+        epoch = ctx.epoch + 1  # a new leader epoch, as a reload after a failover has
+        self.unload(partition, None)
+        ctx = self._runtime.begin_load(partition, epoch)
+        ctx.log = self._open_log(partition)
+        replay(ctx.log, ctx.shard.state)
 
     @_locked
     def pending_member_count_for_testing(self, partition: int) -> tuple[int, int]:

@@ -27,11 +27,11 @@ from typing import Any
 
 import ray
 
-from raygroups.actors.shard_actor import partition_dir
 from raygroups.chaos.faults import PlannedFault
 from raygroups.chaos.workload import EventLog, clock
 from raygroups.deployment.seam import NODE_LABEL, Directory
 from raygroups.offsets_log.log import LOCK_FILE
+from raygroups.offsets_log.replica_state import node_dir, partition_dir
 
 SETTLE_TIMEOUT_S = 90.0
 SERVE_TIMEOUT_S = 45.0
@@ -328,7 +328,7 @@ class Nemesis:
     def _corrupt_follower(self, fault: PlannedFault, partition: int, how: str) -> None:
         node = self._follower(fault, partition)
         self._served(self._kill_node(node, fault.name, graceful=False, extra={"partition": partition}))
-        directory = partition_dir(os.path.join(self.cluster.data_dir, node), partition)
+        directory = partition_dir(node_dir(self.cluster.data_dir, node), partition)
         _wait_unlocked(directory)  # the node's processes die a moment after its raylet: not while they write
         segments = sorted(glob.glob(os.path.join(directory, "*.log")))
         rng = random.Random(fault.pick)
@@ -359,7 +359,7 @@ class Nemesis:
 
     def _disk_full(self, fault: PlannedFault, group: str, partition: int) -> None:
         node = self._leader_node(partition)
-        directory = os.path.join(self.cluster.data_dir, node)
+        directory = node_dir(self.cluster.data_dir, node)
         if not os.path.ismount(directory):
             raise FaultSkipped("the node's data directory is not a filesystem of its own")
         led = self._partitions_led_by(node)

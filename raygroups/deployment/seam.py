@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
-import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -24,9 +22,11 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from raygroups.actors.log_server import LogServer
 from raygroups.actors.shard_actor import CoordinatorShard
 from raygroups.coordinator.config import CoordinatorConfig
+from raygroups.offsets_log import replica_state
 from raygroups.placement.controller import Controller
 from raygroups.placement.model import Settings
 from raygroups.placement.nodes import COORDINATOR_RESOURCE, NODE_LABEL  # noqa: F401  (re-exported: placement defines them)
+from raygroups.placement.spares import Spare, free_spares
 
 # ----------------------------------------------------------------------------------------------
 # Names, resources, GCS keys
@@ -48,10 +48,6 @@ SPARE_PREFIX = "raygroups-spare-"
 ADOPT_TIMEOUT_S = 5.0
 
 log = logging.getLogger(__name__)
-
-# Choosing among a node's spares (a failover adopting one, the controller's background task starting and
-# stopping spares per partition) happens in one of them at a time: both run in the controller's threads.
-_SPARES_LOCK = threading.Lock()
 
 
 def add_simulated_node(ray_cluster, name: str):
@@ -256,10 +252,12 @@ class ActorFactory:
     under its name gets its actors back, and a dead node's partitions are moved by the controller to a
     node that holds their logs -- never by Ray to a node that does not.
 
-    Spares: every node on which a shard was started keeps one more shard process running, unbound; the
-    next shard started there is that process adopting the partition (no process start, no imports), and
-    a new spare is started behind it. The partition's actor is then the spare's (named
-    ``raygroups-spare-<node>-<id>``), recorded in the GCS for everyone who looks a shard up."""
+    Spares are shard processes started unbound (named ``raygroups-spare-<node>-<id>``, ``-p<partition>``
+    after it for one standing by for one partition); one that adopts a partition becomes its actor,
+    recorded in the GCS for everyone who looks a shard up. Which spares a node keeps and which adopts a
+    partition is decided in ``placement.spares`` and performed by the controller's
+    ``placement.spare_keeper.SpareKeeper``: here they are only listed, created, asked to adopt and
+    killed."""
 
     namespace: str
     num_partitions: int
@@ -274,7 +272,7 @@ class ActorFactory:
 
     def node_dir(self, node: str) -> str:
         # Each coordinator node has its own disk; on a simulated cluster, its own directory.
-        return os.path.join(self.data_root, node)
+        return replica_state.node_dir(self.data_root, node)
 
     def create_log_server(self, node: str, scheduling: dict[str, Any]):
         options = {"name": log_server_name(node), "namespace": self.namespace, "lifetime": "detached",
@@ -349,118 +347,72 @@ class ActorFactory:
         except ValueError:
             pass
 
-    def free_spares(self, node: str) -> list[str]:
-        """The names of ``node``'s spares that serve no partition (starting ones included): never bound, or
-        bound to a partition whose actor is another (a controller that stopped between the two entries)."""
-        serving = set(self._names.values())
-        free = []
+    def list_spares(self, node: str) -> list[Spare]:
+        """``node``'s spares (starting ones included): the partition each stands by for, the one it was
+        recorded as adopting, and whether it serves one (recorded as a partition's actor; one bound to a
+        partition whose actor is another, a controller stopped between the two entries, serves none)."""
+        recorded = set(self._names.values())
+        out = []
         for a in ray.util.list_named_actors(all_namespaces=True):
             name = a["name"]
-            if a["namespace"] != self.namespace or not is_spare_of(name, node) or name in serving:
+            mine, standby_for = spare_of(name, node)
+            if a["namespace"] != self.namespace or not mine:
                 continue
-            bound = kv_get(_spare_bound_key(name), self.namespace)
-            if bound is None or shard_actor_name(int(bound), self.namespace) != name:
-                free.append(name)
-        return sorted(free)
+            raw = kv_get(_spare_bound_key(name), self.namespace)
+            bound = None if raw is None else int(raw)
+            serving = name in recorded or (bound is not None and shard_actor_name(bound, self.namespace) == name)
+            out.append(Spare(name, standby_for, bound, serving))
+        return out
 
-    def _adopt_spare(self, partition: int, free: list[str]):
-        """A running spare among ``free`` that now serves ``partition`` (its name recorded first, so that
-        the controller knows it as the partition's shard when it asks for its epoch), or None; the spares
-        it took or gave up on are taken out of ``free`` (the ones still starting stay)."""
-        for name in list(free):
+    def free_spare_names(self, node: str) -> list[str]:
+        return [s.name for s in free_spares(self.list_spares(node))]
+
+    def adopt(self, partition: int, name: str) -> tuple[Any, str]:
+        """Ask the spare ``name`` to adopt ``partition``, its name recorded first (so that the controller
+        knows it as the partition's shard when it asks for its epoch): ``(handle, "adopted")``; ``(None,
+        "gone")`` if it no longer exists, ``(None, "starting")`` if it does not run yet (nothing done), ``(None,
+        "failed")`` if it did not adopt (then it is killed and the records undone)."""
+        try:
+            handle = ray.get_actor(name, namespace=self.namespace)
+        except ValueError:
+            return None, "gone"
+        if actor_state(actor_id(handle)) != "ALIVE":
+            return None, "starting"
+        kv_put(_spare_bound_key(name), str(partition).encode(), self.namespace)
+        self._set_shard_name(partition, name)
+        try:
+            if ray.get(handle.adopt.remote(partition), timeout=ADOPT_TIMEOUT_S):
+                return handle, "adopted"
+        except (ray.exceptions.RayError, TimeoutError) as e:
+            log.warning("spare %s did not adopt partition %d: %s", name, partition, e)
+        ray.kill(handle, no_restart=True)
+        kv_delete(_spare_bound_key(name), self.namespace)
+        self._set_shard_name(partition, shard_name(partition))
+        return None, "failed"
+
+    def start_shard(self, partition: int, node: str, scheduling: dict[str, Any], timeout_s: float = 10.0):
+        """A new shard actor of ``partition`` on ``node``, under the partition's own name (its predecessor
+        killed: the name is released asynchronously, so this retries until ``timeout_s``)."""
+        self._set_shard_name(partition, shard_name(partition))
+        deadline = time.monotonic() + timeout_s
+        while True:
             try:
-                handle = ray.get_actor(name, namespace=self.namespace)
+                return self.create_shard(partition, node, scheduling)
             except ValueError:
-                free.remove(name)  # gone since it was listed
-                continue
-            if actor_state(actor_id(handle)) != "ALIVE":
-                continue  # still starting (or its node is down): creating the shard costs no more
-            free.remove(name)
-            kv_put(_spare_bound_key(name), str(partition).encode(), self.namespace)
-            self._set_shard_name(partition, name)
-            try:
-                if ray.get(handle.adopt.remote(partition), timeout=ADOPT_TIMEOUT_S):
-                    return handle
-            except (ray.exceptions.RayError, TimeoutError) as e:
-                log.warning("spare %s did not adopt partition %d: %s", name, partition, e)
-            ray.kill(handle, no_restart=True)
-            kv_delete(_spare_bound_key(name), self.namespace)
-            self._set_shard_name(partition, shard_name(partition))
-        return None
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
-    def replace_shard(self, partition: int, node: str, scheduling: dict[str, Any], timeout_s: float = 10.0):
-        """Kill whatever actor serves the partition, then serve it on ``node``: by the running spare of that
-        node that stands by for this partition, else by its running spare for every partition, else by a
-        new shard actor; and see that ``node`` has a spare for the next time (a spare per partition is
-        ``ensure_standby_spares``' work)."""
-        with _SPARES_LOCK:
-            return self._replace_shard(partition, node, scheduling, timeout_s)
+    def create_spare(self, node: str, scheduling: dict[str, Any], standby_for: int | None = None):
+        return self.create_shard(None, node, scheduling, standby_for)
 
-    def _replace_shard(self, partition: int, node: str, scheduling: dict[str, Any], timeout_s: float):
-        self.kill_shard(partition)
-        tags = {name: spare_of(name, node)[1] for name in self.free_spares(node)}
-        free = [n for n, t in tags.items() if t == partition] + [n for n, t in tags.items() if t is None]
-        handle = self._adopt_spare(partition, free)
-        if handle is None:
-            self._set_shard_name(partition, shard_name(partition))
-            deadline = time.monotonic() + timeout_s
-            while handle is None:
-                try:
-                    handle = self.create_shard(partition, node, scheduling)
-                except ValueError:
-                    # The killed predecessor's name is released asynchronously.
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.05)
-        if not self.standby_per_partition and not [n for n in free if tags[n] is None]:
-            self.create_shard(None, node, scheduling)  # the node's last spare was taken: start the next one
-        return handle
-
-    def ensure_spare(self, node: str, scheduling: dict[str, Any]) -> bool:
-        """See that ``node`` has a spare (running or starting), so that the first partition it ever leads
-        is adopted rather than started; True if one was started now. With a spare per followed partition
-        (``shard.standby.per.partition``) those are the spares: nothing to do here."""
-        if self.standby_per_partition:
-            return False
-        with _SPARES_LOCK:
-            if any(spare_of(n, node)[1] is None for n in self.free_spares(node)):
-                return False
-            self.create_shard(None, node, scheduling)
-            return True
-
-    def ensure_standby_spares(self, node: str, followed: set[int], scheduling: dict[str, Any]) -> tuple[list, list]:
-        """With ``shard.standby.per.partition``: one spare on ``node`` per partition it follows, standing by
-        for that partition only, and none for a partition it no longer follows (those are killed). Returns
-        the partitions whose spare was started now and the names of the spares stopped. ``followed`` is
-        what the controller had performed when it asked: a failover it decided since, choosing one of these
-        spares in ``replace_shard``, waits for this to finish or goes first (then the spare it took is
-        recorded as adopting, and left alone here)."""
-        if not self.standby_per_partition:
-            return [], []
-        with _SPARES_LOCK:
-            return self._ensure_standby_spares(node, followed, scheduling)
-
-    def _ensure_standby_spares(self, node: str, followed: set[int], scheduling: dict[str, Any]) -> tuple[list, list]:
-        have: dict[int, str] = {}
-        stopped = []
-        for name in self.free_spares(node):
-            tag = spare_of(name, node)[1]
-            if tag is None or kv_get(_spare_bound_key(name), self.namespace) is not None:
-                continue  # a spare for every partition, or one recorded as adopting a partition: not ours
-            if tag in followed and tag not in have:
-                have[tag] = name
-                continue
-            self._kill_named(name)
-            stopped.append(name)
-        started = sorted(followed - set(have))
-        for p in started:
-            self.create_shard(None, node, scheduling, standby_for=p)
-        return started, stopped
+    def kill_spare(self, name: str) -> None:
+        self._kill_named(name)
 
     def standbys(self, node: str, timeout_s: float = 10) -> dict[str, dict]:
         """``standby_status()`` of each of ``node``'s running spares that keeps a standby, by name."""
         refs = {}
-        for name in self.free_spares(node):
+        for name in self.free_spare_names(node):
             try:
                 handle = ray.get_actor(name, namespace=self.namespace)
             except ValueError:

@@ -81,9 +81,11 @@ def test_a_spare_serves_nothing_until_it_adopts_and_serves_that_partition_again_
     a partition, adopts one partition only, and when Ray restarts its process it serves that partition
     again (it finds it in the GCS); ``ensure_spare`` gives a node one, which a failover onto the node
     adopts; with ``shard.standby.per.partition`` a node has one spare per partition it follows and a
-    failover adopts the partition's own; ``stop_spares`` leaves neither actor nor entry behind."""
+    failover adopts the partition's own (the controller's ``SpareKeeper`` deciding, the seam performing);
+    ``stop_spares`` leaves neither actor nor entry behind."""
     import ray
     from ray.experimental import internal_kv
+    from raygroups.placement.spare_keeper import SpareKeeper
 
     from raygroups.deployment.seam import (
         SPARE_BOUND_KEY_PREFIX,
@@ -96,9 +98,10 @@ def test_a_spare_serves_nothing_until_it_adopts_and_serves_that_partition_again_
 
     namespace = "test-spare"
     factory = ActorFactory(namespace, 4, {}, str(tmp_path))
+    keeper = SpareKeeper(factory)
     spare = factory.create_shard(None, "n1", {"node_id": ray.get_runtime_context().get_node_id()})
-    wait_for(lambda: factory.free_spares("n1"), what="the spare to be named")
-    (name,) = factory.free_spares("n1")
+    wait_for(lambda: factory.free_spare_names("n1"), what="the spare to be named")
+    (name,) = factory.free_spare_names("n1")
     with pytest.raises(ray.exceptions.RayTaskError, match="a spare shard serves no partition"):
         ray.get(spare.status.remote(), timeout=60)
     assert ray.get(spare.close.remote(), timeout=30) is None
@@ -113,38 +116,39 @@ def test_a_spare_serves_nothing_until_it_adopts_and_serves_that_partition_again_
     # Recorded as a partition's shard but never handed it (the controller stopped in between): the first
     # call finds the partition. Bound to a partition whose actor is another: free to adopt again.
     other = factory.create_shard(None, "n1", {"node_id": ray.get_runtime_context().get_node_id()})
-    wait_for(lambda: len(factory.free_spares("n1")) == 2, what="the second spare to be named")
-    other_name = next(n for n in factory.free_spares("n1") if n != name)
+    wait_for(lambda: len(factory.free_spare_names("n1")) == 2, what="the second spare to be named")
+    other_name = next(n for n in factory.free_spare_names("n1") if n != name)
     kv_put(SPARE_BOUND_KEY_PREFIX + other_name.encode(), b"1", namespace)
     assert ray.get(other.probe.remote(), timeout=60)["node"] == "n1"
     assert ray.get(other.status.remote(), timeout=30)["partition"] == 1
     # A node that never led anything gets a spare too (the controller asks with the node's disk report),
     # and one only: a spare still starting counts.
     here = {"node_id": ray.get_runtime_context().get_node_id()}
-    assert factory.ensure_spare("n2", here) is True
-    assert factory.ensure_spare("n2", here) is False and len(factory.free_spares("n2")) == 1
+    assert keeper.ensure_spare("n2", here) is True
+    assert keeper.ensure_spare("n2", here) is False and len(factory.free_spare_names("n2")) == 1
     # A failover onto n2 adopts its running spare, and a new one is started behind it.
-    (n2_spare,) = factory.free_spares("n2")
+    (n2_spare,) = factory.free_spare_names("n2")
     wait_for(lambda: actor_state(actor_id(ray.get_actor(n2_spare, namespace=namespace))) == "ALIVE",
              what="n2's spare to run")
-    assert actor_id(factory.replace_shard(3, "n2", here)) == actor_id(ray.get_actor(n2_spare, namespace=namespace))
-    wait_for(lambda: factory.free_spares("n2"), what="n2's next spare to be named")
-    assert n2_spare not in factory.free_spares("n2") and len(factory.free_spares("n2")) == 1
+    assert actor_id(keeper.replace_shard(3, "n2", here)) == actor_id(ray.get_actor(n2_spare, namespace=namespace))
+    wait_for(lambda: factory.free_spare_names("n2"), what="n2's next spare to be named")
+    assert n2_spare not in factory.free_spare_names("n2") and len(factory.free_spare_names("n2")) == 1
     # A spare per followed partition (shard.standby.per.partition): one for each partition the node
     # follows, none for one it no longer follows, none for every partition; a failover onto the node
     # adopts the one of its partition.
     per = ActorFactory(namespace, 4, {"shard.standby.per.partition": True}, str(tmp_path))
-    assert per.ensure_spare("n3", here) is False
-    assert per.ensure_standby_spares("n3", {1, 2}, here) == ([1, 2], [])
-    wait_for(lambda: len(per.free_spares("n3")) == 2, what="the spares per partition to be named")
-    tagged = {spare_of(n, "n3")[1]: n for n in per.free_spares("n3")}
+    per_keeper = SpareKeeper(per)
+    assert per_keeper.ensure_spare("n3", here) is False
+    assert per_keeper.ensure_standby_spares("n3", {1, 2}, here) == ([1, 2], [])
+    wait_for(lambda: len(per.free_spare_names("n3")) == 2, what="the spares per partition to be named")
+    tagged = {spare_of(n, "n3")[1]: n for n in per.free_spare_names("n3")}
     assert set(tagged) == {1, 2}
-    assert per.ensure_standby_spares("n3", {2, 3}, here) == ([3], [tagged[1]])
+    assert per_keeper.ensure_standby_spares("n3", {2, 3}, here) == ([3], [tagged[1]])
     wait_for(lambda: all(actor_state(actor_id(ray.get_actor(n, namespace=namespace))) == "ALIVE"
-                         for n in per.free_spares("n3")), what="the spares per partition to run")
-    adopted = per.replace_shard(2, "n3", here)
+                         for n in per.free_spare_names("n3")), what="the spares per partition to run")
+    adopted = per_keeper.replace_shard(2, "n3", here)
     assert actor_id(adopted) == actor_id(ray.get_actor(tagged[2], namespace=namespace))
-    assert sorted(spare_of(n, "n3")[1] for n in per.free_spares("n3")) == [3]  # and no spare for all
+    assert sorted(spare_of(n, "n3")[1] for n in per.free_spare_names("n3")) == [3]  # and no spare for all
     factory.stop_spares()
     assert not [a for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == namespace]
     assert internal_kv._internal_kv_list(SPARE_BOUND_KEY_PREFIX, namespace=namespace) == []

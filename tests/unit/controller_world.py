@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from raygroups.placement.commits import COMMIT_ATTEMPTS, after_persist, numbered, persist_targets
 from raygroups.placement.decide import decide
 from raygroups.placement.model import (
     Commit,
@@ -28,7 +29,7 @@ from raygroups.placement.model import (
     bump,
 )
 from raygroups.placement.nodes import NodeObservation
-from raygroups.placement.requests import on_expand_isr, on_leader_started, on_shrink_isr
+from raygroups.placement.requests import Wait, on_expand_isr, on_granted, on_leader_started, on_shrink_isr
 
 NODES = ("node-0", "node-1", "node-2")
 
@@ -69,6 +70,7 @@ class World:
         self.events: list[dict] = []
         self.starts: list[tuple[int, str]] = []
         self.pe_floor: dict[int, int] = {}
+        self.persists: list[tuple[int, object]] = []  # every state a commit sent to the disks, in order
         self.recorded_min_isr: int | None = None  # what the disks' descriptors say, if not the setting
         self._ids = 0
         for n in nodes:
@@ -139,7 +141,7 @@ class World:
             if isinstance(action, Event):
                 self.events.append({"t": self.now, **action.as_dict()})
             elif isinstance(action, Commit) and not self.commit(action.partition, action.assignment,
-                                                                 action.previous, action.holders):
+                                                                 action.previous, action.holders, action.elected):
                 failed.add(action.partition)
             elif isinstance(action, SyncStates):
                 for p in action.partitions:
@@ -155,7 +157,8 @@ class World:
             elif isinstance(action, StopShard) and action.partition not in failed:
                 self.shards.pop(action.partition, None)
         if failed:  # as the controller: keep what took effect, decide the rest again
-            self.meta = replace(before, partitions=self.meta.partitions, held=self.meta.held, marked=self.meta.marked)
+            self.meta = replace(before, partitions=self.meta.partitions, held=self.meta.held, marked=self.meta.marked,
+                                leases=self.meta.leases, unclaimed=self.meta.unclaimed)
         return decision
 
     def run(self, ms: int, advance_ms: int = 200) -> None:
@@ -183,32 +186,28 @@ class World:
             d.replicas[p] = ReplicaReport(a, max(old.fenced_epoch, a.leader_epoch))
         return "ok"
 
-    def commit(self, p, a, previous, holders=frozenset()) -> bool:
+    def commit(self, p, a, previous, holders=frozenset(), elected=False) -> bool:
         current = self.meta.partitions.get(p)
         if current is not None and current.partition_epoch >= a.partition_epoch:
             return False
-        missing: set[str] = set()
-        for _ in range(3):
-            a = replace(a, partition_epoch=max(a.partition_epoch, self.pe_floor.get(p, -1) + 1))
+        c = Commit(p, a, previous, "", holders, elected)
+        for _ in range(COMMIT_ATTEMPTS):
+            a = numbered(a, self.pe_floor.get(p, -1))
             self.pe_floor[p] = a.partition_epoch
-            targets = (set(a.replicas) | set(previous.replicas if previous else ())) & self.up()
-            required = ({a.leader} | set(a.isr)) & self.up() - {None}
+            targets, required = persist_targets(c, a, self.up())
+            self.persists.append((p, a))
             results = {n: self.persist(n, p, a) for n in targets}
             persisted = {n for n, r in results.items() if r == "ok"}
-            missing = required - persisted
-            if not missing:
+            stale = {n: self.disks[n].replicas[p].state.partition_epoch for n, r in results.items() if r == "stale"}
+            outcome = after_persist(a, required, persisted, stale)
+            if outcome.done or outcome.retry is None:
                 break
-            stale = [n for n, r in results.items() if r == "stale"]
-            if stale:
-                self.pe_floor[p] = max(self.pe_floor[p], *(self.disks[n].replicas[p].state.partition_epoch
-                                                            for n in stale))
-                continue
-            if a.leader in missing:
-                break
-            a = bump(a, isr=tuple(n for n in a.isr if n not in missing))
-        if missing:
+            if outcome.floor is not None:
+                self.pe_floor[p] = max(self.pe_floor[p], outcome.floor)
+            a = outcome.retry
+        if not outcome.done:
             return False
-        self.meta = self.meta.with_partition(p, a, holders & persisted)
+        self.meta = self.meta.with_partition(p, a, holders & persisted, elected)
         self.gcs[p] = a
         return True
 
@@ -225,11 +224,12 @@ class World:
 
     def leader_started(self, p: int, node: str, incarnation: str | None = None):
         """The epoch granted, "wait", or None (not the leader: the shard steps down)."""
-        new = on_leader_started(self.meta, p, node, incarnation)
-        if isinstance(new, str):
+        answer = on_leader_started(self.meta, p, node, incarnation, self.now)
+        if isinstance(answer, Wait):
             return "wait"
-        if new is None or not self.commit(p, new, self.meta.partitions[p]):
+        if answer is None or (answer.persist and not self.commit(p, answer.assignment, self.meta.partitions[p])):
             return None
+        self.meta = on_granted(self.meta, p, node, self.now)
         return self.meta.partitions[p].leader_epoch
 
     def shrink(self, p: int, node: str) -> bool:

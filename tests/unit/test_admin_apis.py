@@ -100,7 +100,7 @@ def test_list_groups_with_a_loading_partition_fails_with_no_groups():
     assert (resp.error, resp.groups) == (Errors.COORDINATOR_LOAD_IN_PROGRESS, [])
     ctx.coord.set_loading_for_testing(1, False)
     # A partition this coordinator does not own is skipped.
-    ctx.coord.unload(1, 0)
+    ctx.coord.unload(1, None)
     assert [g[0] for g in listed(ctx)] == ["groupId"]
     ctx.assert_replay_matches(0)
 

@@ -251,8 +251,6 @@ def test_a_batch_failing_after_the_shard_stepped_down_still_answers_a_static_rej
     """A static member rejoining a Stable group is answered only by its write's callback; if the shard is
     unloaded (it stepped down: a newer leader exists) before its batch fails, the request still gets the
     error instead of waiting forever."""
-    from raygroups.coordinator.runtime import PartitionState
-
     ctx = Ctx()
     stable_static_group(ctx, ["i1", "i2"])
     runtime = ctx.coord._runtime
@@ -262,7 +260,7 @@ def test_a_batch_failing_after_the_shard_stepped_down_still_answers_a_static_rej
     rejoin = ctx.join(member_id="", group_instance_id="i1")
     records, ops = runtime.seal_batch(partition)
     assert records and not rejoin.done()
-    runtime.unload(0, None)  # the step-down
-    partition.state = PartitionState.FAILED
+    runtime.step_down(0)
+    assert partition.state == "FAILED"
     runtime.batch_failed(partition, ops, Errors.NOT_COORDINATOR)
     assert rejoin.done() and rejoin.result(timeout=0).error is Errors.NOT_COORDINATOR

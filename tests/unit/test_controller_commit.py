@@ -231,3 +231,22 @@ def test_an_isr_change_does_not_wait_for_the_replica_it_leaves_out(tmp_path, mon
 
     asyncio.run(scenario())
     assert on_disk(tmp_path, "C")[0]["isr"] == ["A", "B"]
+
+
+def test_a_leader_elected_by_a_commit_is_given_that_epoch_without_another_persist(tmp_path):
+    """A failover's commit fences the replicas at the new leader's epoch: the shard started for it is given
+    that epoch as it is (the partition state is persisted once per failover); its next request, or another
+    shard's, gets a fresh epoch, persisted."""
+    actors, controller = setup(tmp_path)
+    controller._lock = asyncio.Lock()
+    controller._task = True
+    a = created(controller, actors)
+    failover = PartitionAssignment(NODES, "B", 1, ("B", "C"), a.partition_epoch + 1)
+    assert asyncio.run(controller._commit(Commit(0, failover, a, "leader node A dead", elected=True)))
+    assert all(on_disk(tmp_path, n) == (on_disk(tmp_path, "B")[0], 1) for n in NODES)
+    granted = asyncio.run(controller.leader_started(0, "B", "B#1"))
+    assert granted == {"leader_epoch": 1, "replicas": list(NODES), "isr": ["B", "C"]}
+    assert controller._meta.partitions[0] == failover and on_disk(tmp_path, "B")[0]["partition_epoch"] == 2
+    again = asyncio.run(controller.leader_started(0, "B", "B#1"))
+    assert again["leader_epoch"] == 2 and on_disk(tmp_path, "B") == (
+        {"replicas": list(NODES), "leader": "B", "leader_epoch": 2, "isr": ["B", "C"], "partition_epoch": 3}, 2)

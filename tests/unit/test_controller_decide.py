@@ -450,11 +450,11 @@ def test_a_creation_cut_short_is_finished_after_a_controller_restart():
     w = World(num_partitions=2)
     commit = w.commit
 
-    def cut_short(p, a, previous, holders=frozenset()):
+    def cut_short(p, a, previous, holders=frozenset(), elected=False):
         if p == 1 and previous is None:  # partition 1's creation reaches node-1's disk, then the controller dies
             w.persist("node-1", p, a)
             return False
-        return commit(p, a, previous, holders)
+        return commit(p, a, previous, holders, elected)
 
     w.commit = cut_short
     w.step()

@@ -1,0 +1,80 @@
+"""The controller's performer of the spare decisions (``placement.spares``): it lists a node's spares
+through the Ray seam, asks the pure functions what to do, and has the seam do it.
+
+Choosing among a node's spares happens in one call at a time: a failover adopting one and the
+controller's background task starting and stopping spares per partition both run in the controller's
+threads, and each lists the spares, decides and acts under this keeper's lock, so neither acts on a
+listing the other has changed meanwhile (a spare the failover took is recorded as adopting before the
+lock is released, and the background task leaves such spares alone).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from raygroups.placement.spares import adoption_order, free_spares, needs_spare_for_all, standby_spares_plan
+
+
+class SpareKeeper:
+    """Performs spare decisions through ``actors`` (``ActorFactory``: ``list_spares``, ``adopt``,
+    ``start_shard``, ``kill_shard``, ``create_spare``, ``kill_spare``, ``standby_per_partition``). Thread-safe;
+    every method blocks (the controller calls them from its worker threads)."""
+
+    def __init__(self, actors: Any) -> None:
+        self._actors = actors
+        self._lock = threading.Lock()
+
+    @property
+    def per_partition(self) -> bool:
+        return self._actors.standby_per_partition
+
+    def replace_shard(self, partition: int, node: str, scheduling: dict[str, Any], timeout_s: float = 10.0):
+        """Kill whatever actor serves the partition, then serve it on ``node``: by the first spare in
+        :func:`adoption_order` that is running and adopts it, else by a new shard actor; and see that
+        ``node`` has a spare for every partition for the next time (without spares per partition)."""
+        with self._lock:
+            self._actors.kill_shard(partition)
+            free = free_spares(self._actors.list_spares(node))
+            used: set[str] = set()
+            handle = None
+            for name in adoption_order(partition, free):
+                handle, outcome = self._actors.adopt(partition, name)
+                if outcome != "starting":
+                    used.add(name)  # adopted, gone, or given up on (killed)
+                if handle is not None:
+                    break
+            if handle is None:
+                handle = self._actors.start_shard(partition, node, scheduling, timeout_s)
+            if needs_spare_for_all(self.per_partition, free, used):
+                self._actors.create_spare(node, scheduling)  # the node's last spare was taken: the next one
+            return handle
+
+    def ensure_spare(self, node: str, scheduling: dict[str, Any]) -> bool:
+        """See that ``node`` has a spare for every partition (running or starting), so that the first
+        partition it ever leads is adopted rather than started; True if one was started now. With spares
+        per partition those are the spares: nothing to do here."""
+        if self.per_partition:
+            return False
+        with self._lock:
+            if not needs_spare_for_all(False, free_spares(self._actors.list_spares(node))):
+                return False
+            self._actors.create_spare(node, scheduling)
+            return True
+
+    def ensure_standby_spares(self, node: str, followed: set[int] | frozenset[int],
+                              scheduling: dict[str, Any]) -> tuple[list[int], list[str]]:
+        """With spares per partition: :func:`standby_spares_plan` for ``node``, performed. Returns the
+        partitions whose spare was started and the names of the spares stopped. ``followed`` is what the
+        controller had performed when it asked: a failover it decided since, adopting one of these spares
+        in :meth:`replace_shard`, waits for this to finish or goes first (then the spare it took is
+        recorded as adopting, and left alone here)."""
+        if not self.per_partition:
+            return [], []
+        with self._lock:
+            start, stop = standby_spares_plan(followed, free_spares(self._actors.list_spares(node)))
+            for name in stop:
+                self._actors.kill_spare(name)
+            for p in start:
+                self._actors.create_spare(node, scheduling, standby_for=p)
+            return start, stop

@@ -1,0 +1,185 @@
+"""Which spares a node keeps and which adopts a partition (``placement.spares``, pure), and their
+performer (``placement.spare_keeper``) against a seam that plays Ray's actors in memory."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from raygroups.placement.model import Metadata, Observations, Settings
+from raygroups.placement.nodes import NodeObservation
+from raygroups.placement.plan import PartitionAssignment
+from raygroups.placement.spare_keeper import SpareKeeper
+from raygroups.placement.spares import (
+    Spare,
+    SparesSeen,
+    adoption_order,
+    followed_by,
+    free_spares,
+    needs_spare_for_all,
+    standby_spares_due,
+    standby_spares_plan,
+)
+
+# --------------------------------------------------------------------------- the pure choices
+
+
+def test_a_partition_is_adopted_by_its_own_spare_first_then_a_spare_for_all_never_another_partitions():
+    spares = [Spare("s-all", None), Spare("s-p2", 2), Spare("s-p3", 3), Spare("s-p2-serving", 2, 2, serving=True)]
+    free = free_spares(spares)
+    assert [s.name for s in free] == ["s-all", "s-p2", "s-p3"]
+    assert adoption_order(2, free) == ["s-p2", "s-all"]
+    assert adoption_order(5, free) == ["s-all"]
+    assert adoption_order(5, [Spare("s-p3", 3)]) == []
+
+
+def test_a_spare_for_all_is_started_only_without_spares_per_partition_and_when_none_is_left():
+    free = [Spare("s-all", None), Spare("s-p2", 2)]
+    assert not needs_spare_for_all(False, free)
+    assert needs_spare_for_all(False, free, used={"s-all"})
+    assert needs_spare_for_all(False, [Spare("s-p2", 2)])
+    assert not needs_spare_for_all(True, [])
+
+
+def test_spares_per_partition_follow_the_followed_partitions_and_leave_adopting_ones_alone():
+    free = [Spare("a-p1", 1), Spare("b-p1", 1), Spare("c-p4", 4), Spare("d-p5", 5, bound=5), Spare("e-all", None)]
+    start, stop = standby_spares_plan({1, 2}, free)
+    assert start == [2]  # 1 has its spare; 2 gets one
+    assert stop == ["b-p1", "c-p4"]  # a second for 1; 4 no longer followed; d-p5 is adopting, e-all is not ours
+    assert standby_spares_plan(frozenset(), []) == ([], [])
+
+
+def node(name, incarnation, alive=True):
+    return NodeObservation(name, incarnation, alive, True)
+
+
+def test_the_spare_schedule_names_a_node_when_what_it_follows_or_its_incarnation_changed_or_every_recheck():
+    parts = {0: PartitionAssignment(("A", "B"), "A", 1, ("A", "B"), 1),
+             1: PartitionAssignment(("B", "C"), "B", 1, ("B", "C"), 1)}
+    meta = Metadata(Settings(2, 2, 1), partitions=parts, reported={"A": "A#1", "B": "B#1", "C": "C#1", "D": "D#1"},
+                    refused={"D": "another deployment"})
+    obs = Observations({"A": node("A", "A#1"), "B": node("B", "B#1"), "C": node("C", "C#2"), "D": node("D", "D#1"),
+                        "E": node("E", "E#1", alive=False)})
+    assert followed_by(parts, "B") == {0} and followed_by(parts, "C") == {1}
+    # C's new incarnation has not reported; D is refused; E is down.
+    assert standby_spares_due(meta, obs, {}, 1_000, 10_000) == {"A": ("A#1", frozenset()), "B": ("B#1", frozenset({0}))}
+    seen = {"A": SparesSeen("A#1", frozenset(), 1_000), "B": SparesSeen("B#1", frozenset({0}), 1_000)}
+    assert standby_spares_due(meta, obs, seen, 11_000, 10_000) == {}
+    assert list(standby_spares_due(meta, obs, seen, 11_001, 10_000)) == ["A", "B"]  # the recheck
+    failed_over = {**parts, 1: PartitionAssignment(("B", "C"), "C", 2, ("B", "C"), 2)}
+    meta = replace(meta, partitions=failed_over)
+    assert standby_spares_due(meta, obs, seen, 2_000, 10_000) == {"B": ("B#1", frozenset({0, 1}))}
+    restarted = Observations({**obs.nodes, "A": node("A", "A#2")})
+    meta = replace(meta, partitions=parts, reported={**meta.reported, "A": "A#2"})
+    assert standby_spares_due(meta, restarted, seen, 2_000, 10_000) == {"A": ("A#2", frozenset())}
+
+
+# --------------------------------------------------------------------------- the performer
+
+
+class Seam:
+    """A node's spares as the Ray seam would list and treat them, in memory."""
+
+    def __init__(self, per_partition=False) -> None:
+        self.standby_per_partition = per_partition
+        self.spares: dict[str, Spare] = {}
+        self.starting: set[str] = set()
+        self.refuses: set[str] = set()  # spares whose adopt call fails
+        self.actions: list[tuple] = []
+        self._n = 0
+
+    def list_spares(self, node):
+        return list(self.spares.values())
+
+    def adopt(self, partition, name):
+        if name not in self.spares:
+            return None, "gone"
+        if name in self.starting:
+            return None, "starting"
+        if name in self.refuses:
+            del self.spares[name]
+            self.actions.append(("gave up on", name))
+            return None, "failed"
+        self.spares[name] = Spare(name, self.spares[name].standby_for, partition, serving=True)
+        self.actions.append(("adopted", partition, name))
+        return name, "adopted"
+
+    def kill_shard(self, partition):
+        self.actions.append(("killed shard", partition))
+
+    def start_shard(self, partition, node, scheduling, timeout_s):
+        self.actions.append(("started shard", partition, node))
+        return f"shard-{partition}"
+
+    def create_spare(self, node, scheduling, standby_for=None):
+        self._n += 1
+        name = f"{node}-new{self._n}" + ("" if standby_for is None else f"-p{standby_for}")
+        self.spares[name] = Spare(name, standby_for)
+        self.actions.append(("new spare", standby_for))
+
+    def kill_spare(self, name):
+        del self.spares[name]
+        self.actions.append(("stopped", name))
+
+
+def test_a_failover_adopts_the_running_spare_of_its_partition_and_keeps_the_others():
+    seam = Seam(per_partition=True)
+    seam.spares = {"p2": Spare("p2", 2), "p3": Spare("p3", 3)}
+    assert SpareKeeper(seam).replace_shard(2, "n", {}) == "p2"
+    assert seam.actions == [("killed shard", 2), ("adopted", 2, "p2")]  # no spare for all in this mode
+
+
+def test_a_starting_or_refusing_spare_is_passed_over_for_the_next_then_a_new_process_and_a_new_spare():
+    seam = Seam()
+    seam.spares = {"p2": Spare("p2", 2), "all-a": Spare("all-a", None), "all-b": Spare("all-b", None)}
+    seam.starting, seam.refuses = {"p2"}, {"all-a"}
+    assert SpareKeeper(seam).replace_shard(2, "n", {}) == "all-b"
+    assert seam.actions == [("killed shard", 2), ("gave up on", "all-a"), ("adopted", 2, "all-b"), ("new spare", None)]
+    seam.actions.clear()
+    seam.starting.add("n-new1")  # the spare for all started behind it is still starting: a new process
+    assert SpareKeeper(seam).replace_shard(4, "n", {}) == "shard-4"
+    assert seam.actions == [("killed shard", 4), ("started shard", 4, "n")]  # and n-new1 stays the next spare
+    seam.actions.clear()
+    del seam.spares["n-new1"]  # gone: only p2 (another partition's) is left
+    assert SpareKeeper(seam).replace_shard(4, "n", {}) == "shard-4"
+    assert seam.actions == [("killed shard", 4), ("started shard", 4, "n"), ("new spare", None)]
+
+
+def test_a_node_gets_one_spare_for_all_unless_it_has_one_or_keeps_spares_per_partition():
+    seam = Seam()
+    keeper = SpareKeeper(seam)
+    assert keeper.ensure_spare("n", {}) is True and keeper.ensure_spare("n", {}) is False
+    assert keeper.ensure_standby_spares("n", {1}, {}) == ([], [])  # not this mode
+    assert SpareKeeper(Seam(per_partition=True)).ensure_spare("n", {}) is False
+
+
+def test_spares_per_partition_are_started_and_stopped_and_an_adopting_one_is_never_stopped():
+    seam = Seam(per_partition=True)
+    keeper = SpareKeeper(seam)
+    assert keeper.ensure_standby_spares("n", {1, 2}, {}) == ([1, 2], [])
+    keeper.replace_shard(2, "n", {})  # adopted: no longer free, recorded as adopting
+    seam.spares["p9"] = Spare("p9", 9, bound=9)  # recorded as adopting partition 9 (its adoption under way)
+    started, stopped = keeper.ensure_standby_spares("n", {1, 3}, {})
+    assert started == [3] and stopped == []
+    assert sorted(s.standby_for for s in free_spares(seam.list_spares("n")) if s.bound is None) == [1, 3]
+    assert "p9" in seam.spares
+    assert keeper.ensure_standby_spares("n", {3}, {}) == ([], ["n-new1-p1"])
+
+
+def test_choosing_among_a_nodes_spares_lists_decides_and_acts_under_one_lock():
+    seam = Seam(per_partition=True)
+    seam.spares = {"p2": Spare("p2", 2), "p7": Spare("p7", 7)}
+    keeper = SpareKeeper(seam)
+    held = []
+
+    def under_lock(name, real):
+        def checked(*args, **kwargs):
+            held.append((name, keeper._lock.locked()))
+            return real(*args, **kwargs)
+        return checked
+
+    for method in ("list_spares", "adopt", "kill_shard", "create_spare", "kill_spare"):
+        setattr(seam, method, under_lock(method, getattr(seam, method)))
+    keeper.replace_shard(2, "n", {})
+    keeper.ensure_standby_spares("n", {1}, {})
+    assert {name for name, _ in held} == {"list_spares", "adopt", "kill_shard", "create_spare", "kill_spare"}
+    assert all(locked for _, locked in held)
