@@ -20,19 +20,11 @@ from collections import Counter
 from typing import Any
 
 from raygroups.coordinator.errors import Errors
+from raygroups.coordinator.requests import REQUESTS
 
 # Milliseconds: from a single fsync on a quiet disk to a stalled replicated append.
 APPEND_LATENCY_BOUNDARIES_MS = [0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000]
 METRICS_INTERVAL_S = 5.0
-
-# Request type name -> the API label (Kafka's request names).
-_API = {
-    "JoinGroupRequest": "JoinGroup", "SyncGroupRequest": "SyncGroup", "HeartbeatRequest": "Heartbeat",
-    "LeaveGroupRequest": "LeaveGroup", "OffsetCommitRequest": "OffsetCommit", "OffsetFetchRequest": "OffsetFetch",
-    "ListGroupsRequest": "ListGroups", "DescribeGroupsRequest": "DescribeGroups",
-    "DeleteGroupsRequest": "DeleteGroups", "OffsetDeleteRequest": "OffsetDelete",
-}
-
 
 def ray_metrics():
     """``ray.util.metrics`` inside a Ray worker, else None (no process to export from)."""
@@ -93,8 +85,7 @@ class ShardMetrics:
         counts reach Ray once per ``flush`` (every ``METRICS_INTERVAL_S``, from ``refresh``)."""
         if self._m is None:
             return
-        name = type(request).__name__
-        api = _API.get(name, name)
+        api = REQUESTS.spec(request).name  # Kafka's request name
         error = getattr(response, "error", None)
         self._requests[(api, error.name if error is not None else "NONE")] += 1
         if api == "JoinGroup":

@@ -26,10 +26,10 @@ from raygroups.actors.metrics import metrics_loop
 from raygroups.actors.partition_writer import PartitionWriter, maintenance_loop
 from raygroups.actors.served_partition import ServedPartition
 from raygroups.actors.spare import Spare
-from raygroups.coordinator.api import dispatch, error_response, validate_request
+from raygroups.coordinator.api import dispatch
 from raygroups.coordinator.config import CoordinatorConfig
 from raygroups.coordinator.errors import Errors
-from raygroups.coordinator.messages import OffsetCommitRequest, OffsetCommitResponse
+from raygroups.coordinator.requests import REQUESTS, ApiSpec
 from raygroups.coordinator.runtime import PartitionState
 
 FOLLOWER_SWAP_TIMEOUT_S = 120.0
@@ -195,17 +195,19 @@ class CoordinatorShard:
 
     def _begin(self, request: Any) -> tuple[asyncio.Future, bool]:
         """Check ``request`` and hand it to the runtime, without yielding: (the future of its response,
-        whether the metrics count it)."""
+        whether the metrics count it). What arrives here is checked once, whoever built it: a raw actor call
+        is not trusted."""
         self._ensure_started()
+        spec = REQUESTS.spec(request)
         try:
-            request = validate_request(request, self.config.message_max_bytes)
+            request = spec.validate(request, self.config.message_max_bytes)
         except (TypeError, ValueError):
             return self._dispatch(request, validated=False), False  # INVALID_REQUEST (or raised) there
         active = self._ctx.state is PartitionState.ACTIVE
         if active and not self._writer.may_serve():
-            return _answered(error_response(request, Errors.NOT_COORDINATOR)), True
-        if type(request) is OffsetCommitRequest and active:
-            return self._commit_known_topics(request), True
+            return _answered(spec.error_response(request, Errors.NOT_COORDINATOR)), True
+        if spec.check_topics is not None and active:
+            return self._check_topics(spec, request), True
         return self._dispatch(request), True
 
     def _dispatch(self, request: Any, validated: bool = True) -> asyncio.Future:
@@ -219,21 +221,15 @@ class CoordinatorShard:
         dispatch(self._runtime, request, sink, validated)
         return future
 
-    def _commit_known_topics(self, req: OffsetCommitRequest) -> asyncio.Future:
-        # As Kafka's broker does before the coordinator: unknown topics/partitions fail per partition.
-        unknown = {
-            tp: Errors.UNKNOWN_TOPIC_OR_PARTITION
-            for tp in req.offsets
-            if tp[1] >= self._topics.get(tp[0], 0)
-        }
-        if not unknown:
+    def _check_topics(self, spec: ApiSpec, req: Any) -> asyncio.Future:
+        """The part of ``req`` for topics this deployment knows goes to the coordinator; the broker answers
+        the rest (``spec.check_topics``)."""
+        known, finish = spec.check_topics(req, self._topics)
+        if known is req:
             return self._dispatch(req)
-        known = {tp: v for tp, v in req.offsets.items() if tp not in unknown}
-        if not known:
-            return _answered(OffsetCommitResponse(unknown))
-        partial = self._dispatch(OffsetCommitRequest(
-            req.group_id, known, req.generation_id, req.member_id, req.group_instance_id, req.retention_time_ms,
-        ))
+        if known is None:
+            return _answered(finish(None))
+        partial = self._dispatch(known)
         merged = asyncio.get_running_loop().create_future()
 
         def merge(done: asyncio.Future) -> None:
@@ -245,9 +241,7 @@ class CoordinatorShard:
             if done.exception() is not None:
                 merged.set_exception(done.exception())
                 return
-            errors = dict(done.result().errors)
-            errors.update(unknown)
-            merged.set_result(OffsetCommitResponse({tp: errors[tp] for tp in req.offsets}))
+            merged.set_result(finish(done.result()))
 
         partial.add_done_callback(merge)
         return merged

@@ -12,6 +12,8 @@ import heapq
 from collections.abc import Callable, Hashable
 from typing import Protocol
 
+from raygroups.coordinator.checks import is_int
+
 
 class Clock(Protocol):
     def now_ms(self) -> int: ...
@@ -48,7 +50,7 @@ class ManualClock:
     """A deterministic clock whose ``advance`` fires due timers of every ``ManualTimers`` made from it."""
 
     def __init__(self, now_ms: int = 0) -> None:
-        if isinstance(now_ms, bool) or not isinstance(now_ms, int):
+        if not is_int(now_ms):
             raise TypeError(f"now_ms must be an int, got {type(now_ms).__name__}")
         self._now_ms = now_ms
         self._heap: list[_Entry] = []
@@ -58,7 +60,7 @@ class ManualClock:
         return self._now_ms
 
     def advance(self, ms: int) -> None:
-        if isinstance(ms, bool) or not isinstance(ms, int):
+        if not is_int(ms):
             raise TypeError(f"ms must be an int, got {type(ms).__name__}")
         if ms < 0:
             raise ValueError(f"ms must be >= 0, got {ms}")

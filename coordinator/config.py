@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+from raygroups.coordinator.checks import is_int
+
 _INT_MAX = 2**31 - 1
 _LONG_MAX = 2**63 - 1
 
@@ -171,7 +173,7 @@ def _check(name: str, value: Any, prop: _Prop) -> None:
         if not isinstance(value, bool):
             raise TypeError(f"{name} must be true or false, got {type(value).__name__} {value!r}")
         return
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_int(value):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
     if not prop.minimum <= value <= prop.maximum:
         raise ValueError(f"{name} must be in [{prop.minimum}, {prop.maximum}], got {value}")

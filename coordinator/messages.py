@@ -117,6 +117,28 @@ class OffsetFetchRequest:
     require_stable: bool = False
 
 
+@dataclass(frozen=True)
+class OffsetDeleteRequest:
+    group_id: str | None
+    partitions: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True)
+class ListGroupsRequest:
+    states_filter: tuple[str, ...] = ()
+    types_filter: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DescribeGroupsRequest:
+    group_ids: tuple[str | None, ...]
+
+
+@dataclass(frozen=True)
+class DeleteGroupsRequest:
+    group_ids: tuple[str | None, ...]
+
+
 # ----------------------------------------------------------------------------------------------
 # Responses
 # ----------------------------------------------------------------------------------------------
@@ -410,3 +432,24 @@ def validate_filter(name: str, values: Any) -> list[str]:
     for v in values:
         check_type(f"{name} entry", v, str)
     return list(values)
+
+
+def validate_offset_delete(req: OffsetDeleteRequest) -> OffsetDeleteRequest:
+    check_group_id(req.group_id)
+    partitions = req.partitions
+    if isinstance(partitions, (str, bytes)) or not isinstance(partitions, (list, tuple, set, frozenset)):
+        raise TypeError(f"partitions must be a list of (topic, partition), got {type(partitions).__name__}")
+    return OffsetDeleteRequest(req.group_id, tuple(check_topic_partition("partitions", tp) for tp in partitions))
+
+
+def validate_list_groups(req: ListGroupsRequest) -> ListGroupsRequest:
+    return ListGroupsRequest(tuple(validate_filter("states_filter", req.states_filter)),
+                             tuple(validate_filter("types_filter", req.types_filter)))
+
+
+def validate_describe_groups(req: DescribeGroupsRequest) -> DescribeGroupsRequest:
+    return DescribeGroupsRequest(tuple(validate_group_ids("group_ids", req.group_ids)))
+
+
+def validate_delete_groups(req: DeleteGroupsRequest) -> DeleteGroupsRequest:
+    return DeleteGroupsRequest(tuple(validate_group_ids("group_ids", req.group_ids)))

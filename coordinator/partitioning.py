@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from raygroups.coordinator.checks import is_int
+
 _INT_MIN = -(2**31)
 
 
@@ -24,7 +26,7 @@ def partition_for(group_id: str, num_partitions: int) -> int:
     """The ``__consumer_offsets`` partition that owns ``group_id``."""
     if not isinstance(group_id, str):
         raise TypeError(f"group_id must be a str, got {type(group_id).__name__}")
-    if isinstance(num_partitions, bool) or not isinstance(num_partitions, int):
+    if not is_int(num_partitions):
         raise TypeError(f"num_partitions must be an int, got {type(num_partitions).__name__}")
     if num_partitions < 1:
         raise ValueError(f"num_partitions must be >= 1, got {num_partitions}")

@@ -172,6 +172,9 @@ class GroupCoordinatorShard(RebalanceMixin, OffsetsMixin):
             self._remove_member_and_timers(group, req.member_id)
             respond.complete(JoinGroupResponse(Errors.GROUP_MAX_SIZE_REACHED, member_id=UNKNOWN_MEMBER_ID))
             result = Result()
+        elif (error := self._join_rejected(req, group)) is not None:
+            respond.complete(JoinGroupResponse(error, member_id=req.member_id))
+            result = Result()
         elif is_unknown_member:
             result = self._join_new_member(req, group, respond)
         else:
@@ -218,13 +221,17 @@ class GroupCoordinatorShard(RebalanceMixin, OffsetsMixin):
         if member_id:
             self.timers.cancel(heartbeat_key(group.group_id, member_id))
 
-    def _join_new_member(self, req: JoinGroupRequest, group: ClassicGroup, respond: Deferred) -> Result:
+    @staticmethod
+    def _join_rejected(req: JoinGroupRequest, group: ClassicGroup) -> Errors | None:
+        """What a new or known member's JoinGroup is refused for before anything else: the group is Dead, or
+        its protocols do not match (Kafka's classicGroupJoinNewMember and classicGroupJoinExistingMember)."""
         if group.is_in(GroupState.DEAD):
-            respond.complete(JoinGroupResponse(Errors.COORDINATOR_NOT_AVAILABLE, member_id=UNKNOWN_MEMBER_ID))
-            return Result()
+            return Errors.COORDINATOR_NOT_AVAILABLE
         if not group.supports_protocols(req.protocol_type, [p for p, _ in req.protocols]):
-            respond.complete(JoinGroupResponse(Errors.INCONSISTENT_GROUP_PROTOCOL, member_id=UNKNOWN_MEMBER_ID))
-            return Result()
+            return Errors.INCONSISTENT_GROUP_PROTOCOL
+        return None
+
+    def _join_new_member(self, req: JoinGroupRequest, group: ClassicGroup, respond: Deferred) -> Result:
         new_member_id = self._new_member_id(req.group_instance_id or req.client_id)
         if req.group_instance_id is not None:
             existing = group.static_member_id(req.group_instance_id)
@@ -250,12 +257,6 @@ class GroupCoordinatorShard(RebalanceMixin, OffsetsMixin):
 
     def _join_existing_member(self, req: JoinGroupRequest, group: ClassicGroup, respond: Deferred) -> Result:
         member_id = req.member_id
-        if group.is_in(GroupState.DEAD):
-            respond.complete(JoinGroupResponse(Errors.COORDINATOR_NOT_AVAILABLE, member_id=member_id))
-            return Result()
-        if not group.supports_protocols(req.protocol_type, [p for p, _ in req.protocols]):
-            respond.complete(JoinGroupResponse(Errors.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id))
-            return Result()
         if group.is_pending_member(member_id):
             if req.group_instance_id is not None:
                 raise IllegalStateError(

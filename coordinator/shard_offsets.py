@@ -179,22 +179,16 @@ class OffsetsMixin:
         group = self.groups.get(group_id)
         if group is None or group.is_in(GroupState.DEAD):
             return DescribedGroup(Errors.NONE, group_id, GroupState.DEAD.value, "", "", [])
-        if group.is_in(GroupState.STABLE):
-            members = [
-                DescribedMember(m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                                m.metadata(group.protocol_name), m.assignment)
-                for m in group.members.values()
-            ]
-            protocol_data = group.protocol_name or ""
-        else:
-            # Kafka's new coordinator (ClassicGroupMember#describeNoMetadata): no protocol metadata while
-            # rebalancing, but the member's current assignment is still reported (the Scala coordinator's
-            # summaryNoMetadata left it empty; we follow the new coordinator).
-            members = [
-                DescribedMember(m.member_id, m.group_instance_id, m.client_id, m.client_host, b"", m.assignment)
-                for m in group.members.values()
-            ]
-            protocol_data = ""
+        # Kafka's new coordinator (ClassicGroupMember#describeNoMetadata): no protocol metadata while
+        # rebalancing, but the member's current assignment is still reported (the Scala coordinator's
+        # summaryNoMetadata left it empty; we follow the new coordinator).
+        stable = group.is_in(GroupState.STABLE)
+        members = [
+            DescribedMember(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                            m.metadata(group.protocol_name) if stable else b"", m.assignment)
+            for m in group.members.values()
+        ]
+        protocol_data = (group.protocol_name or "") if stable else ""
         return DescribedGroup(Errors.NONE, group_id, group.state.value, group.protocol_type or "", protocol_data,
                               members)
 

@@ -239,6 +239,19 @@ class GroupMember(MemberOffsetsMixin):
     def _backoff(self, now_ms: int) -> None:
         self._backoff_until_ms = now_ms + self.retry_backoff_ms
 
+    # --- the reactions of ``membership.reactions``, one method each, whichever answer brought them ----------
+    def _react_reset(self, reaction: Reaction, error: Errors, api: str) -> None:
+        """RESET_MEMBER, RESET_GENERATION, FENCED: out of the group; only RESET_GENERATION keeps the member id
+        (ILLEGAL_GENERATION: the member itself is still valid, Kafka 3.x)."""
+        self._reset(f"encountered {error.name} from {api}", reaction is not Reaction.RESET_GENERATION)
+
+    def _react_fenced(self, error: Errors, api: str) -> None:
+        self._fail(FencedInstanceIdError(error, f"group instance id {self.group_instance_id!r} was fenced by "
+                                                f"another consumer ({api})"))
+
+    def _react_rebalance_failed(self, error: Errors) -> None:
+        self.request_rejoin(f"rebalance failed due to {error.name}")
+
     # ------------------------------------------------------------------------------------------
     # Join / sync driver
     # ------------------------------------------------------------------------------------------
@@ -324,18 +337,17 @@ class GroupMember(MemberOffsetsMixin):
                 self.request_rejoin(f"need to re-join with the given member-id: {response.member_id}")
             case Reaction.RESET_MEMBER:
                 if request.member_id == self.member_id:
-                    self._reset(f"encountered {error.name} from JoinGroup", True)
-                self.request_rejoin(f"rebalance failed due to {error.name}")
+                    self._react_reset(Reaction.RESET_MEMBER, error, "JoinGroup")
+                self._react_rebalance_failed(error)
             case Reaction.REJOIN:
-                self.request_rejoin(f"rebalance failed due to {error.name}")
+                self._react_rebalance_failed(error)
             case Reaction.RETRY:
                 self._backoff(now_ms)
             case Reaction.REDISCOVER:
                 self.mark_coordinator_unknown(now_ms)
                 self._backoff(now_ms)
             case Reaction.FENCED:
-                self._fail(FencedInstanceIdError(error, f"group instance id {self.group_instance_id!r} was "
-                                                        "fenced by another consumer (JoinGroup)"))
+                self._react_fenced(error, "JoinGroup")
             case Reaction.GROUP_FULL:
                 if not self.is_static:
                     self._reset(error.name, True)
@@ -433,17 +445,15 @@ class GroupMember(MemberOffsetsMixin):
                 self.request_rejoin("SyncGroup: the group began another rebalance")
             case Reaction.RESET_MEMBER | Reaction.RESET_GENERATION:
                 if unchanged:
-                    # ILLEGAL_GENERATION keeps the member id: the member itself is still valid (Kafka 3.x).
-                    self._reset(f"encountered {error.name} from SyncGroup", reaction is Reaction.RESET_MEMBER)
-                self.request_rejoin(f"rebalance failed due to {error.name}")
+                    self._react_reset(reaction, error, "SyncGroup")
+                self._react_rebalance_failed(error)
             case Reaction.REDISCOVER | Reaction.RETRY:
                 if reaction is Reaction.REDISCOVER:
                     self.mark_coordinator_unknown(now_ms)
-                self.request_rejoin(f"rebalance failed due to {error.name}")
+                self._react_rebalance_failed(error)
                 self._backoff(now_ms)
             case Reaction.FENCED:
-                self._fail(FencedInstanceIdError(error, f"group instance id {self.group_instance_id!r} was "
-                                                        "fenced by another consumer (SyncGroup)"))
+                self._react_fenced(error, "SyncGroup")
             case _:
                 self._fail(FatalConsumerError(error, "SyncGroup failed"))
         return None
@@ -545,10 +555,9 @@ class GroupMember(MemberOffsetsMixin):
             case Reaction.RESET_GENERATION | Reaction.RESET_MEMBER | Reaction.FENCED:
                 if not unchanged:
                     return  # an answer to an older generation: ignore, as Kafka does
-                self._reset(f"encountered {error.name} from Heartbeat", reaction is not Reaction.RESET_GENERATION)
+                self._react_reset(reaction, error, "Heartbeat")
                 if reaction is Reaction.FENCED:
-                    self._fail(FencedInstanceIdError(error, f"group instance id {self.group_instance_id!r} was "
-                                                            "fenced by another consumer (Heartbeat)"))
+                    self._react_fenced(error, "Heartbeat")
             case _:
                 self._next_heartbeat_ms = now_ms + self.retry_backoff_ms
 

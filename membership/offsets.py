@@ -1,10 +1,10 @@
 """Offsets for ``GroupMember``: OffsetCommit/OffsetFetch requests and what their errors do, as Kafka's
 ``ConsumerCoordinator`` does it (the tables are in ``reactions``: retry, rediscover, rejoin, or fail).
 
-It relies on the member's ``state``, ``generation``, identity fields
-and the helpers ``raise_if_fatal``, ``mark_coordinator_unknown``, ``request_rejoin``, ``_reset`` and
-``_fail``. Guarantees: a commit is only requested for the current, stable generation; an answer for an
-older generation never resets the current one.
+It relies on the member's ``state``, ``generation``, identity fields and the helpers ``raise_if_fatal``,
+``mark_coordinator_unknown``, ``request_rejoin`` and the reactions (``_react_*``). Guarantees: a commit
+is only requested for the current, stable generation; an answer for an older generation never resets the
+current one.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from raygroups.coordinator.messages import (
 from raygroups.membership.errors import (
     CommitFailedError,
     ConsumerError,
-    FencedInstanceIdError,
     RebalanceInProgressError,
 )
 from raygroups.membership.events import MemberState, TopicPartition
@@ -62,9 +61,8 @@ class MemberOffsetsMixin:
                     return False
                 case Reaction.FENCED:
                     if unchanged:
-                        self._reset(f"encountered {error.name} from OffsetCommit", True)
-                        self._fail(FencedInstanceIdError(error, f"group instance id {self.group_instance_id!r} "
-                                                                "was fenced by another consumer (OffsetCommit)"))
+                        self._react_reset(reaction, error, "OffsetCommit")
+                        self._react_fenced(error, "OffsetCommit")
                         raise self.fatal_error
                     if self.state is MemberState.PREPARING_REBALANCE:
                         raise RebalanceInProgressError(error, "the commit's generation is stale; poll() and retry")
@@ -77,8 +75,7 @@ class MemberOffsetsMixin:
                     if not unchanged and self.state is MemberState.PREPARING_REBALANCE:
                         raise RebalanceInProgressError(error, "the commit's generation is stale; poll() and retry")
                     if unchanged:
-                        self._reset(f"encountered {error.name} from OffsetCommit",
-                                    reaction is Reaction.RESET_MEMBER)
+                        self._react_reset(reaction, error, "OffsetCommit")
                     raise CommitFailedError(error, "the group has already rebalanced and assigned the partitions "
                                                    "to another member")
                 case _:

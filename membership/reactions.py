@@ -54,6 +54,17 @@ def _coordinator_errors() -> dict[Errors, Reaction]:
             for e in Errors if e.is_coordinator_error}
 
 
+def _membership_errors() -> dict[Errors, Reaction]:
+    """The answers that say the member's place in the group changed, alike for SyncGroup, Heartbeat and
+    OffsetCommit: the group rebalances, the generation or the member id is gone, the instance id was taken."""
+    return {
+        Errors.REBALANCE_IN_PROGRESS: Reaction.REJOIN,
+        Errors.ILLEGAL_GENERATION: Reaction.RESET_GENERATION,
+        Errors.UNKNOWN_MEMBER_ID: Reaction.RESET_MEMBER,
+        Errors.FENCED_INSTANCE_ID: Reaction.FENCED,
+    }
+
+
 # AbstractCoordinator.JoinGroupResponseHandler
 JOIN_GROUP = ReactionTable("JoinGroup", {
     **_coordinator_errors(),
@@ -65,32 +76,17 @@ JOIN_GROUP = ReactionTable("JoinGroup", {
 }, default=Reaction.FATAL)
 
 # AbstractCoordinator.SyncGroupResponseHandler: every retriable outcome rejoins (a new JoinGroup).
-SYNC_GROUP = ReactionTable("SyncGroup", {
-    **_coordinator_errors(),
-    Errors.REBALANCE_IN_PROGRESS: Reaction.REJOIN,
-    Errors.UNKNOWN_MEMBER_ID: Reaction.RESET_MEMBER,
-    Errors.ILLEGAL_GENERATION: Reaction.RESET_GENERATION,
-    Errors.FENCED_INSTANCE_ID: Reaction.FENCED,
-}, default=Reaction.FATAL)
+SYNC_GROUP = ReactionTable("SyncGroup", {**_coordinator_errors(), **_membership_errors()}, default=Reaction.FATAL)
 
 # AbstractCoordinator.HeartbeatResponseHandler and the heartbeat thread's failure path.
-HEARTBEAT = ReactionTable("Heartbeat", {
-    **_coordinator_errors(),
-    Errors.REBALANCE_IN_PROGRESS: Reaction.REJOIN,
-    Errors.ILLEGAL_GENERATION: Reaction.RESET_GENERATION,
-    Errors.UNKNOWN_MEMBER_ID: Reaction.RESET_MEMBER,
-    Errors.FENCED_INSTANCE_ID: Reaction.FENCED,
-}, default=Reaction.RETRY)
+HEARTBEAT = ReactionTable("Heartbeat", {**_coordinator_errors(), **_membership_errors()}, default=Reaction.RETRY)
 
 # ConsumerCoordinator.OffsetCommitResponseHandler (per partition error).
 OFFSET_COMMIT = ReactionTable("OffsetCommit", {
     **_coordinator_errors(),
+    **_membership_errors(),
     Errors.REQUEST_TIMED_OUT: Reaction.REDISCOVER,
     Errors.UNKNOWN_TOPIC_OR_PARTITION: Reaction.RETRY,
-    Errors.REBALANCE_IN_PROGRESS: Reaction.REJOIN,
-    Errors.UNKNOWN_MEMBER_ID: Reaction.RESET_MEMBER,
-    Errors.ILLEGAL_GENERATION: Reaction.RESET_GENERATION,
-    Errors.FENCED_INSTANCE_ID: Reaction.FENCED,
 }, default=Reaction.FAIL)
 
 # ConsumerCoordinator.OffsetFetchResponseHandler: the group-level error ...

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 
+from raygroups.coordinator.checks import is_int
 from raygroups.offsets_log.errors import CorruptLogError
 from raygroups.offsets_log.fsutil import atomic_write, fsync_dir
 from raygroups.offsets_log.segment import index_name, segment_name
@@ -48,7 +49,7 @@ def _read_json(path: str, what: str) -> dict | None:
 
 
 def _offset(value, path: str, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    if not is_int(value) or value < 0:
         raise CorruptLogError(path, None, f"{what} must be an offset (an int >= 0), got {value!r}")
     return value
 

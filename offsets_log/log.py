@@ -38,6 +38,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from raygroups.coordinator.checks import is_int
 from raygroups.offsets_log.batch import Batch, check_append
 from raygroups.offsets_log.cleaning import (
     SWAP_MARKER,
@@ -75,7 +76,8 @@ LOCK_FILE = ".lock"
 OPEN_GENERATION_FILE = "open-generation"
 
 
-def _locked(method):
+def locked(method):
+    """Run the method under ``self._lock``."""
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
         with self._lock:
@@ -108,13 +110,13 @@ def open_log(
     fsync_for_testing: Callable[[int], None] | None = None,
 ) -> FileLog:
     """Open (creating if needed) the partition log in ``directory``, recovering its tail."""
-    if isinstance(segment_bytes, bool) or not isinstance(segment_bytes, int) or segment_bytes < MIN_SEGMENT_BYTES:
+    if not is_int(segment_bytes) or segment_bytes < MIN_SEGMENT_BYTES:
         raise ValueError(f"segment_bytes must be an int >= {MIN_SEGMENT_BYTES}, got {segment_bytes!r}")
     if fsync_interval_ms is not None and (
-        isinstance(fsync_interval_ms, bool) or not isinstance(fsync_interval_ms, int) or fsync_interval_ms < 0
+        not is_int(fsync_interval_ms) or fsync_interval_ms < 0
     ):
         raise ValueError(f"fsync_interval_ms must be None (fsync every batch) or an int >= 0, got {fsync_interval_ms!r}")
-    if isinstance(index_interval_bytes, bool) or not isinstance(index_interval_bytes, int) or index_interval_bytes < 1:
+    if not is_int(index_interval_bytes) or index_interval_bytes < 1:
         raise ValueError(f"index_interval_bytes must be an int >= 1, got {index_interval_bytes!r}")
     log = FileLog(
         os.fspath(directory),
@@ -211,7 +213,7 @@ class FileLog:
         segs = self._segments[:-1] if closed_only else self._segments
         return [s.path for s in segs]
 
-    @_locked
+    @locked
     def end_offset_for_epoch(self, epoch: int) -> EpochEndOffset:
         """Kafka's OffsetsForLeaderEpoch answer: the largest epoch <= ``epoch`` and where it ended."""
         self._check_usable()
@@ -219,7 +221,7 @@ class FileLog:
 
     # ---------------------------------------------------------------------------------------- append
 
-    @_locked
+    @locked
     def append(self, batch: Batch, expected_leader_epoch: int) -> int:
         self._check_usable()
         latest = self._epochs.latest_epoch
@@ -261,7 +263,7 @@ class FileLog:
         seg.next_offset = batch.next_offset
         return batch.last_offset
 
-    @_locked
+    @locked
     def flush(self) -> None:
         """fsync whatever the interval policy has not synced yet."""
         self._check_usable()
@@ -377,10 +379,10 @@ class FileLog:
             if batch.next_offset > from_offset:
                 yield batch
 
-    @_locked
+    @locked
     def read(self, from_offset: int, max_bytes: int) -> list[Batch]:
         """Batches from the one holding ``from_offset``, at most ``max_bytes`` of frames (at least one batch)."""
-        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
+        if not is_int(max_bytes) or max_bytes < 1:
             raise ValueError(f"max_bytes must be an int >= 1, got {max_bytes!r}")
         self._check_usable()
         if not self.log_start_offset <= from_offset <= self.log_end_offset:
@@ -403,7 +405,7 @@ class FileLog:
             total += size
         return out
 
-    @_locked
+    @locked
     def verify(self) -> int:
         """CRC-check and decode every batch of every segment; returns the number of batches."""
         n = 0
@@ -421,7 +423,7 @@ class FileLog:
 
     # -------------------------------------------------------------------------------------- truncate
 
-    @_locked
+    @locked
     def truncate_to(self, offset: int) -> None:
         """Remove every batch at or after ``offset`` (a batch boundary); used by leader-epoch truncation."""
         self._check_usable()
@@ -478,7 +480,7 @@ class FileLog:
             return seg.size_bytes
         raise CorruptLogError(seg.path, pos, f"offset {offset} not found where the index points")
 
-    @_locked
+    @locked
     def replace_segments(self, compacted_paths: list[str]) -> None:
         """Swap compacted copies of closed segments in (same base offset and offset range each), all or none.
 
@@ -566,7 +568,7 @@ class FileLog:
         if self._failed is not None:
             raise LogFailedError(f"offsets log {self.directory} failed: {self._failed}; reopen it to recover")
 
-    @_locked
+    @locked
     def close(self) -> None:
         if self._closed:
             return

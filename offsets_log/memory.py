@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from raygroups.coordinator.checks import is_int
 from raygroups.offsets_log.batch import Batch, check_append
 from raygroups.offsets_log.codec import encode_batch
 from raygroups.offsets_log.epochs import EpochEndOffset, LeaderEpochCache
@@ -57,7 +58,7 @@ class InMemoryLog:
 
     def read(self, from_offset: int, max_bytes: int) -> list[Batch]:
         """Batches from the one holding ``from_offset``, at most ``max_bytes`` of frames (at least one batch)."""
-        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
+        if not is_int(max_bytes) or max_bytes < 1:
             raise ValueError(f"max_bytes must be an int >= 1, got {max_bytes!r}")
         if not 0 <= from_offset <= self._log_end_offset:
             raise OffsetOutOfRangeError(f"offset {from_offset} is outside the log [0, {self._log_end_offset}]")

@@ -22,6 +22,7 @@ import json
 import os
 from typing import Any
 
+from raygroups.coordinator.checks import is_int
 from raygroups.offsets_log.errors import LogError
 from raygroups.offsets_log.fsutil import atomic_write
 
@@ -56,7 +57,7 @@ def partition_of_dir(name: str) -> int | None:
 
 
 def _int(value: Any, field: str, where: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_int(value):
         raise ReplicaStateError(f"{where}: {field} must be an int, got {type(value).__name__}")
     if value < minimum:
         raise ReplicaStateError(f"{where}: {field} must be >= {minimum}, got {value}")

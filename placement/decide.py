@@ -1,57 +1,35 @@
 """The controller's decisions as a pure function: ``decide(metadata, observations, now_ms) -> Decision``.
 
-The controller actor is a thin loop around it: it observes (Ray's node table, one probe per leader shard,
-each coordinator node's disk report), calls :func:`decide`, and performs the actions it returns. No Ray,
-no I/O, no clock here: the time is an argument, so every failover case is a unit test.
+The controller actor observes (Ray's node table, one probe per leader shard, each node's disk report),
+calls :func:`decide` and performs what it returns; the time is an argument, so every failover case is a
+unit test. Durable state is ``Metadata.partitions`` (replicas, leader, leader epoch, ISR, partition epoch):
+:func:`decide` returns a :class:`Commit` per changed partition, which takes effect only once persisted on
+the leader's and the in-sync replicas' disks; a commit that cannot be persisted is dropped and the next
+round decides again. Everything else in :class:`Metadata` is soft and returned updated.
 
-Durable state is ``Metadata.partitions``: per partition the replicas, leader, leader epoch, ISR and
-partition epoch. :func:`decide` never changes it directly; it returns a :class:`Commit` per changed
-partition, and the performer applies a commit only after persisting it on the disks of the partition's
-leader and in-sync replicas (then in the GCS cache). A commit that cannot be persisted is dropped, and the
-next round decides again from the soft state of before (so nothing seen in the failed round, such as a
-restarted node, is forgotten). Everything else in :class:`Metadata` is soft (node incarnations, disk
-reports, shard liveness, start-up progress) and is returned updated in the :class:`Decision`. The data
-types are in ``placement.model``; the answers to the leaders' requests in ``placement.requests``.
+A round, in order:
 
-What a round decides, in order:
-
-1. **Nodes.** A node is known by its stable name; Ray's node id identifies one incarnation of it. A new id
-   under a known name is a *restart*; a name that is not alive is *dead* (since the first round that saw
-   it so). A node whose disk belongs to another deployment shape is refused and never used.
-2. **Disks.** Each node's disk report (taken once per incarnation) is merged: a partition state newer than
-   the cached one is adopted (the disk is the source of truth); a partition the cache lacks is
-   *recovered* once ``RF - min.insync.replicas + 1`` replicas of its newest state's replica set have
-   reported a state — every set of that size meets every ISR that acknowledged a write, so the newest
-   state among them is at least as new as the last one under which anything was acknowledged, and its
-   ISR holds every acknowledged batch. Fewer: the partition stays offline and waits. The recovered
-   leader epoch is above every fence any replica reported.
-3. **Creation.** Only when no disk holds any partition state: once every alive coordinator node has
-   reported and at least ``offsets.topic.replication.factor`` of them are alive (Kafka creates
-   ``__consumer_offsets`` only then), every partition is laid out by :func:`placement.plan.plan`.
-4. **Failures.** A leader on a dead or restarted node is failed over: the first live in-sync replica in
-   replica order (a restarted node only if no other is left), leader epoch + 1; none: offline, keeping the
-   last ISR (as Kafka, the replicas that hold every acknowledged batch). Only a replica whose node has
-   reported its disk, and whose disk holds the partition, is electable: a node back under its name with
-   an empty disk never leads (the election waits for reports). Dead and restarted followers leave
-   the ISR (KIP-903: a restarted replica may have lost what it had not flushed); they rejoin after the
-   leader has caught them up. An offline partition whose ISR member is alive comes back with it as leader.
-   Unclean election (any live replica) only if configured. A leader elected here (here or in 7) gets its
-   new epoch fenced on the disks by this round's commit: the shard started for it confirms that epoch
-   (``requests.on_leader_started``) rather than persisting another, so a failover persists once.
-5. **Shards.** A partition's shard actor runs only on its leader's node. A shard that Ray is still
-   scheduling, starting or restarting, or that is loading, is not silent: silence counts from its first
-   answer, and the start itself has a deadline. A shard silent for ``shard_silence_ms`` (paused, hung), one
-   that answers FAILED (stepped down) or that does not start in time is failed over to another in-sync
-   replica, or restarted in place when there is none; a shard found on another node than the leader's is
-   replaced.
-6. **Placement.** Replica sets are re-planned when the set of placement nodes changes: alive nodes plus
-   dead ones still within ``node_replacement_delay_ms`` (a node that reboots comes back as the same
-   replica; one that stays away is replaced).
-7. **Leader balance.** Kafka's preferred-leader election when its 10 % imbalance trigger fires — never
-   while the deployment is starting, only in a round where every leader shard answered ACTIVE, and not
-   within ``leader_balance_interval_ms`` of any leadership change (a failover settles first).
+1. **Nodes**: known by stable name; a new Ray node id under a known name is a restart. A node whose disk
+   belongs to another deployment shape is refused.
+2. **Disks**: a partition state newer than the cache is adopted (the disk is the source of truth); a
+   partition the cache lacks is recovered once ``RF - min.insync.replicas + 1`` replicas of its newest
+   replica set have reported (such a set meets every ISR that acknowledged a write), with a leader epoch
+   above every reported fence.
+3. **Creation**: only when no disk holds any state, every alive node has reported and at least the
+   replication factor of them are alive (as Kafka creates ``__consumer_offsets``).
+4. **Failures**: a leader on a dead or restarted node fails over to the first live in-sync replica whose
+   disk reported the partition, epoch + 1; none: offline, keeping the last ISR. Dead and restarted
+   followers leave the ISR (KIP-903) until caught up. Unclean election only if configured. An elected
+   leader's epoch is fenced by this round's commit, and the shard started for it confirms that epoch
+   (``requests.on_leader_started``), so a failover persists once.
+5. **Shards**: a shard runs only on its leader's node; one that is starting or loading is not silent. A
+   shard silent for ``shard_silence_ms``, stepped down, or not started in time is failed over (or
+   restarted in place when no other in-sync replica exists).
+6. **Placement**: replica sets are re-planned when the placement nodes change (alive nodes, plus dead ones
+   within ``node_replacement_delay_ms``).
+7. **Leader balance**: Kafka's preferred-leader election at its 10 % imbalance trigger, only when every
+   leader shard answered ACTIVE and not within ``leader_balance_interval_ms`` of a leadership change.
 """
-
 from __future__ import annotations
 
 from dataclasses import replace

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from raygroups.coordinator.checks import is_int
 from raygroups.placement.nodes import NodeObservation
 from raygroups.placement.plan import PartitionAssignment
 
@@ -19,7 +20,7 @@ HEALTHY = frozenset({"INITIAL", "LOADING", "ACTIVE"})
 
 
 def _positive(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_int(value):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if value < 1:
         raise ValueError(f"{name} must be >= 1, got {value}")

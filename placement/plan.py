@@ -34,6 +34,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
+from raygroups.coordinator.checks import is_int, is_number
+
 __all__ = [
     "PartitionAssignment",
     "Plan",
@@ -77,11 +79,11 @@ class PartitionAssignment:
             raise ValueError("replicas must name at least one node")
         if self.leader is not None and not isinstance(self.leader, str):
             raise TypeError(f"leader must be a str node id or None, got {type(self.leader).__name__}")
-        if isinstance(self.leader_epoch, bool) or not isinstance(self.leader_epoch, int):
+        if not is_int(self.leader_epoch):
             raise TypeError(f"leader_epoch must be an int, got {type(self.leader_epoch).__name__}")
         if self.leader_epoch < 0:
             raise ValueError(f"leader_epoch must be >= 0, got {self.leader_epoch}")
-        if isinstance(self.partition_epoch, bool) or not isinstance(self.partition_epoch, int):
+        if not is_int(self.partition_epoch):
             raise TypeError(f"partition_epoch must be an int, got {type(self.partition_epoch).__name__}")
         if self.partition_epoch < 0:
             raise ValueError(f"partition_epoch must be >= 0, got {self.partition_epoch}")
@@ -98,7 +100,7 @@ class Plan:
 
 
 def _check_int(value: object, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_int(value):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
@@ -106,7 +108,7 @@ def _check_int(value: object, name: str, minimum: int) -> int:
 
 
 def _check_threshold(value: object, name: str) -> Fraction:
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if not is_number(value):
         raise TypeError(f"{name} must be a number, got {type(value).__name__}")
     if not (math.isfinite(value) and 0 <= value <= 1):
         raise ValueError(f"{name} must be between 0 and 1, got {value}")
@@ -271,7 +273,7 @@ def plan(
         raise TypeError(f"previous must be a mapping of partition -> PartitionAssignment or None, "
                         f"got {type(previous).__name__}")
     for p in sorted(previous, key=repr):
-        if isinstance(p, bool) or not isinstance(p, int):
+        if not is_int(p):
             raise TypeError(f"previous keys must be int partitions, got {type(p).__name__}")
         if not 0 <= p < partitions:
             raise ValueError(f"previous has partition {p}, outside 0..{partitions - 1}")

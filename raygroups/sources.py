@@ -12,6 +12,7 @@ import math
 import time
 from typing import NamedTuple, Protocol, runtime_checkable
 
+from raygroups.coordinator.checks import is_number
 from raygroups.coordinator.messages import check_int, check_type
 
 
@@ -54,9 +55,7 @@ class SyntheticSource:
             check_int(f"partitions of {name!r}", n, 1, 100_000)
         if records_per_partition is not None:
             check_int("records_per_partition", records_per_partition, 0, 2**62)
-        if records_per_second is not None and (isinstance(records_per_second, bool)
-                                               or not isinstance(records_per_second, (int, float))
-                                               or records_per_second <= 0):
+        if records_per_second is not None and (not is_number(records_per_second) or records_per_second <= 0):
             raise ValueError(f"records_per_second must be a positive number or None, got {records_per_second!r}")
         self._topics = dict(topics)
         self.records_per_partition = records_per_partition

@@ -14,14 +14,13 @@ It also plays the part of a deployment for client code: ``client()`` returns its
 
 from __future__ import annotations
 
-import functools
 import os
 import threading
-import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from typing import Any
 
+from raygroups.actors.member_ids import new_member_id
 from raygroups.client.api import GroupApi
 from raygroups.coordinator.api import dispatch
 from raygroups.coordinator.clock import ManualClock
@@ -35,6 +34,7 @@ from raygroups.coordinator.state import DurableState
 from raygroups.offsets_log.batch import records_below
 from raygroups.offsets_log.leader import append_as_leader
 from raygroups.offsets_log.loader import LoadSummary, replay
+from raygroups.offsets_log.log import locked
 from raygroups.offsets_log.memory import InMemoryLog
 from raygroups.offsets_log.replica_state import partition_dir
 
@@ -45,19 +45,6 @@ def _done(value: Any) -> Future:
     f: Future = Future()
     f.set_result(value)
     return f
-
-
-def _locked(method):
-    @functools.wraps(method)
-    def wrapper(self, *args, **kwargs):
-        with self._lock:
-            return method(self, *args, **kwargs)
-
-    return wrapper
-
-
-def _random_member_id(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4()}"
 
 
 class InProcessCoordinator(GroupApi):
@@ -94,7 +81,7 @@ class InProcessCoordinator(GroupApi):
             self.config,
             self.clock,
             self._new_timers,
-            member_id_generator or _random_member_id,
+            member_id_generator or new_member_id,
             self._append,
         )
         self.last_load_summaries: dict[int, LoadSummary] = {}
@@ -126,7 +113,7 @@ class InProcessCoordinator(GroupApi):
     def client(self) -> InProcessCoordinator:
         return self
 
-    @_locked
+    @locked
     def create_topic(self, name: str, partitions: int) -> None:
         check_type("name", name, str)
         if not name:
@@ -134,7 +121,7 @@ class InProcessCoordinator(GroupApi):
         check_int("partitions", partitions, 1, 1_000_000)
         self._topics[name] = partitions
 
-    @_locked
+    @locked
     def topics(self) -> dict[str, int]:
         return dict(self._topics)
 
@@ -161,7 +148,7 @@ class InProcessCoordinator(GroupApi):
     # ------------------------------------------------------------------------------------------
     # Lifecycle
     # ------------------------------------------------------------------------------------------
-    @_locked
+    @locked
     def load(self, partition: int, leader_epoch: int) -> LoadSummary | None:
         """Become the coordinator of ``partition`` for ``leader_epoch`` by replaying its log."""
         check_int("partition", partition, 0, self.num_partitions - 1)
@@ -180,7 +167,7 @@ class InProcessCoordinator(GroupApi):
         self.last_load_summaries[partition] = summary
         return summary
 
-    @_locked
+    @locked
     def unload(self, partition: int, leader_epoch: int | None) -> None:
         """Resign ``partition``: groups become Dead, parked requests get NOT_COORDINATOR, the log closes."""
         check_int("partition", partition, 0, self.num_partitions - 1)
@@ -192,7 +179,7 @@ class InProcessCoordinator(GroupApi):
                 ctx.log.close()
             ctx.log = None
 
-    @_locked
+    @locked
     def close(self) -> None:
         for ctx in self._runtime.contexts:
             if ctx.state in (PartitionState.ACTIVE, PartitionState.LOADING):
@@ -208,16 +195,16 @@ class InProcessCoordinator(GroupApi):
     # ------------------------------------------------------------------------------------------
     # The group API (signatures in raygroups.client.api.GroupApi)
     # ------------------------------------------------------------------------------------------
-    @_locked
-    def _submit(self, request: Any) -> Future:
+    @locked
+    def _submit(self, request: Any, validated: bool = False) -> Future:
         future: Future = Future()
-        dispatch(self._runtime, request, future.set_result)
+        dispatch(self._runtime, request, future.set_result, validated)
         return future
 
     # ------------------------------------------------------------------------------------------
     # Introspection and test hooks (the places Kafka's own tests reach into)
     # ------------------------------------------------------------------------------------------
-    @_locked
+    @locked
     def log_records(self, partition: int) -> list[Record]:
         check_int("partition", partition, 0, self.num_partitions - 1)
         ctx = self._runtime.contexts[partition]
@@ -250,14 +237,14 @@ class InProcessCoordinator(GroupApi):
             state.replay(key, value)
         return state
 
-    @_locked
+    @locked
     def fail_next_append_for_testing(self, partition: int, error: Errors) -> None:
         check_int("partition", partition, 0, self.num_partitions - 1)
         if not isinstance(error, Errors) or error is Errors.NONE:
             raise TypeError(f"error must be an Errors member other than NONE, got {error!r}")
         self._fail_next_append[partition] = error
 
-    @_locked
+    @locked
     def set_loading_for_testing(self, partition: int, loading: bool) -> None:
         """A load of ``partition`` in progress (``True``: it resigns, then replays its log without finishing),
         or that load's end (``False``), through the partition's real lifecycle."""
@@ -275,7 +262,7 @@ class InProcessCoordinator(GroupApi):
         ctx.log = self._open_log(partition)
         replay(ctx.log, ctx.shard.state)
 
-    @_locked
+    @locked
     def pending_member_count_for_testing(self, partition: int) -> tuple[int, int]:
         """(the shard's running count of KIP-394 pending ids, the same counted group by group)."""
         shard = self._runtime.contexts[partition].shard
@@ -287,19 +274,19 @@ class InProcessCoordinator(GroupApi):
         ctx = self._runtime.contexts[self._runtime.partition_for(group_id)]
         return None if ctx.shard is None else ctx.shard.groups.get(group_id)
 
-    @_locked
+    @locked
     def group_state_for_testing(self, group_id: str) -> str | None:
         group = self.group_for_testing(group_id)
         return None if group is None else group.state.value
 
-    @_locked
+    @locked
     def transition_group_for_testing(self, group_id: str, state: str) -> None:
         group = self.group_for_testing(group_id)
         if group is None:
             raise KeyError(f"unknown group {group_id!r}")
         group.transition_to(GroupState(state))
 
-    @_locked
+    @locked
     def force_group_state_for_testing(self, group_id: str, state: str) -> None:
         shard = self._shard(self._runtime.partition_for(group_id))
         group, _ = shard._get_or_create_group(group_id)
@@ -307,7 +294,7 @@ class InProcessCoordinator(GroupApi):
         group.state = GroupState(state)
         group.state_timestamp_ms = self.clock.now_ms()
 
-    @_locked
+    @locked
     def can_rebalance_for_testing(self, group_id: str) -> bool:
         group = self.group_for_testing(group_id)
         if group is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 
+from raygroups.coordinator.checks import is_int
 from raygroups.coordinator.consumer_protocol import Assignment, Subscription
 
 TopicPartition = tuple[str, int]
@@ -74,7 +75,7 @@ class Assignor(ABC):
 
 def _validate(partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, Subscription]) -> None:
     for topic, n in partitions_per_topic.items():
-        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        if not is_int(n) or n < 0:
             raise ValueError(f"partitions_per_topic[{topic!r}] must be an int >= 0, got {n!r}")
     for member_id, sub in subscriptions.items():
         if not isinstance(sub, Subscription):

@@ -413,8 +413,7 @@ class StickyAssignor(_StickyBase):
     Not guaranteed: the same choice among equally good assignments as Kafka's implementation makes
     (Kafka's depends on hash-map order), rack awareness. Cost: identical subscriptions (and each
     group of members sharing no topic with the rest) take a fast quota path; otherwise an exact
-    min-cost flow runs, well under a second for 2 000 partitions over 200 members, about 3 s for
-    10 000 partitions over 1 000 members of which one reads differently.
+    min-cost flow runs, whose cost grows with partitions times members.
     """
 
     name = "sticky"

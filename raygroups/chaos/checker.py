@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from raygroups.chaos import membership_checks
 from raygroups.chaos.history import History, HistoryError, Operation
+from raygroups.coordinator.checks import is_int
 
 INVARIANTS = ("lost-acked-commit", "offset-went-backwards", "deleted-group-came-back", "resume-below-committed",
               *membership_checks.MEMBERSHIP_INVARIANTS, *membership_checks.AUDIT_INVARIANTS)
@@ -71,15 +72,14 @@ def _key(op: Operation, line: int) -> Key:
     except KeyError as e:
         raise HistoryError(f"line {line}: a {op.f} needs group, topic and partition in its value; {e} is missing") \
             from None
-    if not isinstance(group, str) or not isinstance(topic, str) or isinstance(partition, bool) or \
-            not isinstance(partition, int):
+    if not isinstance(group, str) or not isinstance(topic, str) or not is_int(partition):
         raise HistoryError(f"line {line}: group and topic must be strings and partition an int")
     return group, topic, partition
 
 
 def _offset(value: dict, op: Operation, line: int) -> int:
     offset = value.get("offset")
-    if isinstance(offset, bool) or not isinstance(offset, int) or offset < -1:
+    if not is_int(offset) or offset < -1:
         raise HistoryError(f"line {line}: a {op.f} needs an int offset >= -1 in its value, got {offset!r}")
     return offset
 

@@ -18,6 +18,8 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from raygroups.coordinator.checks import is_number
+
 TYPES = ("invoke", "ok", "fail", "info")
 NEMESIS = "nemesis"
 
@@ -81,7 +83,7 @@ def parse_event(text: str, line: int) -> Event:
     if missing:
         raise HistoryError(f"line {line}: missing {', '.join(missing)}")
     t = obj["time"]
-    if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t) or t < 0:
+    if not is_number(t) or not math.isfinite(t) or t < 0:
         raise HistoryError(f"line {line}: time must be a number of seconds >= 0, got {t!r}")
     for key in ("process", "f"):
         if not isinstance(obj[key], str) or not obj[key]:

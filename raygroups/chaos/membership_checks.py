@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from raygroups.chaos.faults import CONSUMER_FAULTS
 from raygroups.chaos.history import History, HistoryError, Operation
+from raygroups.coordinator.checks import is_int
 
 MEMBERSHIP_INVARIANTS = ("exclusive-ownership", "generation-went-backwards", "rebalance-on-failover")
 AUDIT_INVARIANTS = ("single-writer-per-epoch", "replay-differs-from-live")
@@ -36,7 +37,7 @@ SLACK_S = 5.0  # a membership change noticed just after the rebalance it caused 
 
 def _int(value: dict, key: str, op: Operation) -> int:
     v = value.get(key)
-    if isinstance(v, bool) or not isinstance(v, int):
+    if not is_int(v):
         raise HistoryError(f"line {op.invoke.line}: a {op.f} needs an int {key} in its value, got {v!r}")
     return v
 

@@ -249,7 +249,7 @@ def _run_with_progress(cluster: Any, partitions, storage_uri, as_json: bool, ver
     from raygroups.compaction.spark_session import spark_session
 
     console = Console(stderr=True, quiet=as_json)
-    with console.status("starting Spark on Ray (raydp; about 20 s)"):
+    with console.status("starting Spark on Ray (raydp; this takes a while)"):
         spark = spark_session(verbose=verbose)
     with Progress(console=console, transient=True) as bar:
         tasks: dict[str, Any] = {}

@@ -13,7 +13,6 @@ import threading
 import time
 from typing import Any
 
-from raygroups.client.listener import _kwargs
 from raygroups.coordinator.errors import Errors
 from raygroups.coordinator.messages import OffsetCommitResponse
 
@@ -29,8 +28,8 @@ class CoordinatorCalls:
         self._generation = 0  # the member's rediscoveries when ``client`` was obtained
         self._lock = threading.Lock()
 
-    def send(self, method_name: str, request: Any, rediscoveries: int) -> concurrent.futures.Future:
-        """Submit ``request``; a client that raises (e.g. the deployment is unreachable) yields a future
+    def send(self, request: Any, rediscoveries: int) -> concurrent.futures.Future:
+        """Submit ``request`` as the member built it (the client validates it, once); a client that raises (e.g. the deployment is unreachable) yields a future
         that fails, which ``result`` reads as COORDINATOR_NOT_AVAILABLE. ``rediscoveries``: how often the
         member has rediscovered its coordinator (a new count asks for a fresh client)."""
         try:
@@ -39,7 +38,7 @@ class CoordinatorCalls:
                     self._generation = rediscoveries
                     self.client = self._cluster.client()
                 client = self.client
-            return getattr(client, method_name)(**_kwargs(request))
+            return client.send(request)
         except (TypeError, ValueError):
             raise
         except Exception as e:
@@ -58,9 +57,8 @@ class CoordinatorCalls:
             return OffsetCommitResponse({("", 0): Errors.COORDINATOR_NOT_AVAILABLE})
         return response_type(Errors.COORDINATOR_NOT_AVAILABLE)
 
-    def call(self, method_name: str, request: Any, deadline: float, response_type: type,
-             rediscoveries: int) -> Any:
-        future = self.send(method_name, request, rediscoveries)
+    def call(self, request: Any, deadline: float, response_type: type, rediscoveries: int) -> Any:
+        future = self.send(request, rediscoveries)
         try:
             future.result(timeout=max(0.0, deadline - time.monotonic()))
         except concurrent.futures.TimeoutError:

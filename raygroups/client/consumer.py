@@ -51,6 +51,7 @@ from raygroups.client.listener import (
     check_offsets,
     invoke_listener,
 )
+from raygroups.coordinator.checks import is_int
 from raygroups.coordinator.errors import Errors
 from raygroups.coordinator.messages import (
     HeartbeatRequest,
@@ -206,7 +207,7 @@ class Consumer:
         while True:
             with self._lock:
                 request = self._member.fetch_request(tps)
-            response = self._call("fetch_offsets", request, deadline, OffsetFetchResponse)
+            response = self._call(request, deadline, OffsetFetchResponse)
             with self._lock:
                 result = self._member.on_fetch_response(response, self._clock.now_ms())
             if result is not None:
@@ -217,7 +218,7 @@ class Consumer:
         """Set the position (next offset to consume) of an owned partition; auto-commit and ``commit()``
         commit positions."""
         tp = _check_tp("partition", partition)
-        if isinstance(offset, bool) or not isinstance(offset, int):
+        if not is_int(offset):
             raise TypeError(f"offset must be an int, got {type(offset).__name__}")
         if offset < 0:
             raise ValueError(f"offset must be >= 0, got {offset}")
@@ -364,18 +365,25 @@ class Consumer:
             if isinstance(request, LeaveGroupRequest):
                 self._send_leave(request)
             elif request is not None:
-                future = self._send("heartbeat", request)
+                future = self._send(request)
                 future.add_done_callback(lambda _f: self._wake.set())
                 with self._lock:
                     self._heartbeat_call = (request, future)
                 self._collect_heartbeat()
 
-    def _collect_heartbeat(self) -> None:
+    def _take_answered(self, field: str) -> tuple | None:
+        """The call in ``field`` (``_heartbeat_call``, ``_rebalance_call``) once it is answered, cleared."""
         with self._lock:
-            call = self._heartbeat_call
+            call = getattr(self, field)
             if call is None or not call[1].done():
-                return
-            self._heartbeat_call = None
+                return None
+            setattr(self, field, None)
+            return call
+
+    def _collect_heartbeat(self) -> None:
+        call = self._take_answered("_heartbeat_call")
+        if call is None:
+            return
         response = self._result(call[1], HeartbeatResponse)
         with self._lock:
             self._member.on_heartbeat_response(call[0], response, self._clock.now_ms())
@@ -383,7 +391,7 @@ class Consumer:
     def _send_leave(self, request: LeaveGroupRequest | None, wait_s: float = 0.0) -> None:
         if request is None:
             return
-        future = self._send("leave_group", request)
+        future = self._send(request)
         try:
             response = future.result(timeout=wait_s) if wait_s > 0 or future.done() else None
         except Exception as e:
@@ -402,15 +410,15 @@ class Consumer:
     # ------------------------------------------------------------------------------------------
     # Calls into the client
     # ------------------------------------------------------------------------------------------
-    def _send(self, method_name: str, request: Any) -> concurrent.futures.Future:
+    def _send(self, request: Any) -> concurrent.futures.Future:
         with self._lock:
             rediscoveries = self._member.rediscoveries
-        return self._calls.send(method_name, request, rediscoveries)
+        return self._calls.send(request, rediscoveries)
 
-    def _call(self, method_name: str, request: Any, deadline: float, response_type: type) -> Any:
+    def _call(self, request: Any, deadline: float, response_type: type) -> Any:
         with self._lock:
             rediscoveries = self._member.rediscoveries
-        return self._calls.call(method_name, request, deadline, response_type, rediscoveries)
+        return self._calls.call(request, deadline, response_type, rediscoveries)
 
     _result = staticmethod(CoordinatorCalls.result)
 
@@ -434,8 +442,7 @@ class Consumer:
             if isinstance(action, PrepareJoin):
                 self._prepare_join(action)
             elif isinstance(action, SendRequest):
-                method = "join_group" if isinstance(request, JoinGroupRequest) else "sync_group"
-                future = self._send(method, request)
+                future = self._send(request)
                 with self._lock:
                     self._rebalance_call = (request, future)
                 self._wake.set()
@@ -461,11 +468,9 @@ class Consumer:
         return True
 
     def _collect_rebalance_response(self) -> None:
-        with self._lock:
-            call = self._rebalance_call
-            if call is None or not call[1].done():
-                return
-            self._rebalance_call = None
+        call = self._take_answered("_rebalance_call")
+        if call is None:
+            return
         request, future = call
         if isinstance(request, JoinGroupRequest):
             response = self._result(future, JoinGroupResponse)
@@ -525,7 +530,7 @@ class Consumer:
         while True:
             with self._lock:
                 request = self._member.commit_request(offsets)
-            response = self._call("commit_offsets", request, deadline, OffsetCommitResponse)
+            response = self._call(request, deadline, OffsetCommitResponse)
             with self._lock:
                 done = self._member.on_commit_response(request, response, self._clock.now_ms())
                 if done:
@@ -568,7 +573,7 @@ class Consumer:
             if not offsets:
                 return
             request = member.commit_request(offsets)
-        future = self._send("commit_offsets", request)
+        future = self._send(request)
         with self._lock:
             self._auto_commit = (request, future, offsets)
         if future.done():

@@ -8,11 +8,11 @@ changes anything. Assignor names resolve to fresh instances (sticky assignors ke
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Mapping
 from typing import Any
 
+from raygroups.coordinator.checks import is_int, is_number
 from raygroups.coordinator.messages import check_instance_id
 
 _REQUEST_TIMEOUT_S = 30.0  # Kafka's request.timeout.ms
@@ -35,19 +35,15 @@ class ConsumerRebalanceListener:
         self.on_partitions_revoked(partitions)
 
 
-def _kwargs(request: Any) -> dict[str, Any]:
-    return {f.name: getattr(request, f.name) for f in dataclasses.fields(request)}
-
-
 def _check_int(name: str, value: Any, lo: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_int(value):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if value < lo or value > 2**31 - 1:
         raise ValueError(f"{name} must be in [{lo}, {2**31 - 1}], got {value}")
 
 
 def _check_timeout(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_number(value):
         raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
     if not value >= 0:
         raise ValueError(f"{name} must be >= 0, got {value}")
@@ -55,8 +51,7 @@ def _check_timeout(name: str, value: Any) -> float:
 
 
 def _check_tp(name: str, tp: Any) -> TopicPartition:
-    if (not isinstance(tp, tuple) or len(tp) != 2 or not isinstance(tp[0], str) or isinstance(tp[1], bool)
-            or not isinstance(tp[1], int) or tp[1] < 0):
+    if not isinstance(tp, tuple) or len(tp) != 2 or not isinstance(tp[0], str) or not is_int(tp[1]) or tp[1] < 0:
         raise TypeError(f"{name} must be a (topic, partition) tuple with partition >= 0, got {tp!r}")
     return tp
 
@@ -156,7 +151,7 @@ def check_offsets(offsets: Any) -> dict[TopicPartition, int]:
     out = {}
     for tp, offset in offsets.items():
         _check_tp("offsets key", tp)
-        if isinstance(offset, bool) or not isinstance(offset, int):
+        if not is_int(offset):
             raise TypeError(f"offsets[{tp!r}] must be an int, got {type(offset).__name__}")
         if offset < 0:
             raise ValueError(f"offsets[{tp!r}] must be >= 0, got {offset}")

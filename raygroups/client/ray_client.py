@@ -11,7 +11,7 @@ surfaced. Ray exceptions never reach the caller.
 Coalescing: requests bound for one shard are merged into one Ray call (``handle_batch``) when they are
 issued close together, as Kafka's producer fills a batch per partition while one is in flight
 (``linger.ms``, ``batch.size``). The shard answers each one separately, exactly as a single call
-would; what may merge (a *lane*):
+would; what may merge (a *lane*, named by each request type's entry in ``coordinator.requests``):
 
 * Heartbeat and OffsetFetch of any groups of a shard (they never park): one call in flight per lane,
   what arrives meanwhile goes in the next call -- so batches grow with the load, and a quiet client's
@@ -47,24 +47,11 @@ from typing import Any
 import ray
 
 from raygroups.client.api import GroupApi
-from raygroups.coordinator.api import (
-    DeleteGroupsRequest,
-    DescribeGroupsRequest,
-    ListGroupsRequest,
-    error_response,
-    response_errors,
-)
+from raygroups.coordinator.api import error_response, response_errors
 from raygroups.coordinator.config import CoordinatorConfig
 from raygroups.coordinator.errors import Errors
-from raygroups.coordinator.messages import (
-    HeartbeatRequest,
-    JoinGroupRequest,
-    ListGroupsResponse,
-    OffsetCommitRequest,
-    OffsetFetchRequest,
-    SyncGroupRequest,
-)
 from raygroups.coordinator.partitioning import partition_for
+from raygroups.coordinator.requests import REQUESTS, Routing
 from raygroups.deployment.seam import Directory
 
 # Kafka's client backs off 100 ms growing to 1 s (KIP-580). A promoted hot standby serves soon after the
@@ -74,19 +61,11 @@ from raygroups.deployment.seam import Directory
 _BACKOFF_START_S = 0.02
 _BACKOFF_MAX_S = 0.1
 
+
 def lane_of(request: Any, partition: int) -> tuple | None:
-    """The lane a request may merge in (see the module docstring), or None to send it alone.
-    ``(partition, kind, group, one_in_flight)``."""
-    kind = type(request)
-    if kind is HeartbeatRequest or kind is OffsetFetchRequest:
-        return (partition, "read", None, True)
-    if kind is OffsetCommitRequest:
-        return (partition, "commit", None, True)
-    if kind is JoinGroupRequest:
-        return (partition, "join", request.group_id, False)
-    if kind is SyncGroupRequest:
-        return (partition, "sync", (request.group_id, request.generation_id), False)
-    return None
+    """The lane a request may merge in (see the module docstring; its registry entry says which), or None
+    to send it alone. ``(partition, kind, group, one_in_flight)``."""
+    return REQUESTS.spec(request).lane_of(request, partition)
 
 
 class _Lane:
@@ -154,13 +133,14 @@ class RayGroupClient(GroupApi):
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    def _submit(self, request: Any) -> Future:
+    def _submit(self, request: Any, validated: bool = False) -> Future:
+        # ``validated`` or not, the shard checks what arrives: it cannot tell this client from a raw call.
         if self._closed:
             raise RuntimeError("this client is closed")
-        group_id = getattr(request, "group_id", None)
+        spec = REQUESTS.spec(request)
         lane = None
-        if self._max_batch > 1 and type(request) not in (ListGroupsRequest, DescribeGroupsRequest, DeleteGroupsRequest):
-            lane = lane_of(request, partition_for(group_id if group_id is not None else "", self.num_partitions))
+        if self._max_batch > 1 and spec.lane is not None:
+            lane = spec.lane_of(request, self._partition_of(request.group_id))
         if lane is None:
             return asyncio.run_coroutine_threadsafe(self._call(request), self._loop)
         # Coalesced: the request joins the loop's inbox; one wake-up of the loop takes all that arrived.
@@ -175,10 +155,11 @@ class RayGroupClient(GroupApi):
             self._loop.call_soon_threadsafe(self._drain_inbox)
         return future
 
+    def _partition_of(self, group_id: str | None) -> int:
+        return partition_for(group_id if group_id is not None else "", self.num_partitions)
+
     def _timeout_ms(self, request: Any) -> int:
-        if type(request) is JoinGroupRequest:
-            return max(self.config.request_timeout_ms, request.rebalance_timeout_ms + 5_000)
-        return self.config.request_timeout_ms
+        return REQUESTS.spec(request).client_timeout_ms(request, self.config.request_timeout_ms)
 
     def _drain_inbox(self) -> None:
         with self._inbox_lock:
@@ -202,14 +183,20 @@ class RayGroupClient(GroupApi):
 
     # ------------------------------------------------------------------------------------------
     async def _call(self, request: Any) -> Any:
-        kind = type(request)
-        if kind is ListGroupsRequest:
-            return await self._list_groups(request)
-        if kind in (DescribeGroupsRequest, DeleteGroupsRequest):
-            return await self._per_group(request)
-        group_id = request.group_id
-        partition = partition_for(group_id if group_id is not None else "", self.num_partitions)
-        return await self._with_retries(partition, request, self._timeout_ms(request))
+        spec = REQUESTS.spec(request)
+        timeout_ms = self._timeout_ms(request)
+        if spec.routing is Routing.GROUP:
+            return await self._with_retries(self._partition_of(request.group_id), request, timeout_ms)
+        if spec.routing is Routing.ALL:
+            # As Kafka's admin client: ask every coordinator, merge what they own.
+            parts = [(p, request) for p in range(self.num_partitions)]
+        else:
+            by_partition: dict[int, list] = {}
+            for group_id in request.group_ids:
+                by_partition.setdefault(self._partition_of(group_id), []).append(group_id)
+            parts = [(p, spec.part_for(request, ids)) for p, ids in by_partition.items()]
+        answers = await asyncio.gather(*(self._with_retries(p, part, timeout_ms) for p, part in parts))
+        return spec.merge(request, list(answers))
 
     async def _with_retries(self, partition: int, request: Any, timeout_ms: int) -> Any:
         deadline = time.monotonic() + timeout_ms / 1000.0
@@ -288,7 +275,7 @@ class RayGroupClient(GroupApi):
             self.batch_stats["requests"] += len(requests)
             if len(requests) == 1:
                 answer(0, await handle.handle.remote(requests[0]), retry)
-            elif key[1] == "join":
+            elif REQUESTS.spec(requests[0]).lane.streamed:
                 async for ref in handle.handle_stream.remote(requests):
                     answers_now: list[_Slot] = []
                     for i, response in await ref:
@@ -353,33 +340,3 @@ class RayGroupClient(GroupApi):
                 slot.future.set_result(response)
         except InvalidStateError:  # its caller cancelled it meanwhile (a timeout in its own thread)
             pass
-
-    async def _per_group(self, request: Any) -> Any:
-        by_partition: dict[int, list] = {}
-        for group_id in request.group_ids:
-            p = partition_for(group_id if group_id is not None else "", self.num_partitions)
-            by_partition.setdefault(p, []).append(group_id)
-        kind = type(request)
-        parts = await asyncio.gather(*(
-            self._with_retries(p, kind(tuple(ids)), self.config.request_timeout_ms)
-            for p, ids in by_partition.items()
-        ))
-        if kind is DescribeGroupsRequest:
-            described = {}
-            for part in parts:
-                for g in part:
-                    described[g.group_id] = g
-            return [described[g] for g in request.group_ids]
-        merged: dict = {}
-        for part in parts:
-            merged.update(part)
-        return merged
-
-    async def _list_groups(self, request: ListGroupsRequest) -> ListGroupsResponse:
-        # As Kafka's admin client: ask every coordinator, merge what they own.
-        parts = await asyncio.gather(*(
-            self._with_retries(p, request, self.config.request_timeout_ms) for p in range(self.num_partitions)
-        ))
-        error = next((r.error for r in parts if r.error is not Errors.NONE), Errors.NONE)
-        groups = sorted((g for r in parts for g in r.groups), key=lambda g: g.group_id)
-        return ListGroupsResponse(error, groups)

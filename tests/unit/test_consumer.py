@@ -408,7 +408,9 @@ def test_a_commit_that_times_out_is_cancelled_not_retried_in_the_background():
         def __getattr__(self, name):
             return getattr(self._client, name)
 
-        def commit_offsets(self, **kwargs):
+        def send(self, request):
+            if type(request).__name__ != "OffsetCommitRequest":
+                return self._client.send(request)
             stuck.append(concurrent.futures.Future())
             return stuck[-1]
 
