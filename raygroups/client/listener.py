@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from raygroups.coordinator.checks import is_int, is_number
-from raygroups.coordinator.messages import check_instance_id
+from raygroups.coordinator.messages import check_instance_id, check_int
 
 _REQUEST_TIMEOUT_S = 30.0  # Kafka's request.timeout.ms
 TopicPartition = tuple[str, int]
@@ -33,13 +33,6 @@ class ConsumerRebalanceListener:
 
     def on_partitions_lost(self, partitions: frozenset[TopicPartition]) -> None:
         self.on_partitions_revoked(partitions)
-
-
-def _check_int(name: str, value: Any, lo: int) -> None:
-    if not is_int(value):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < lo or value > 2**31 - 1:
-        raise ValueError(f"{name} must be in [{lo}, {2**31 - 1}], got {value}")
 
 
 def _check_timeout(name: str, value: Any) -> float:
@@ -107,13 +100,13 @@ def check_consumer_args(cluster: Any, group_id: Any, topics: Any, assignors: Any
         if not t:
             raise ValueError("topics entries must not be empty")
     check_instance_id(group_instance_id)
-    _check_int("session_timeout_ms", session_timeout_ms, 1)
-    _check_int("heartbeat_interval_ms", heartbeat_interval_ms, 1)
+    check_int("session_timeout_ms", session_timeout_ms, 1)
+    check_int("heartbeat_interval_ms", heartbeat_interval_ms, 1)
     if heartbeat_interval_ms >= session_timeout_ms:
         raise ValueError(f"heartbeat_interval_ms ({heartbeat_interval_ms}) must be lower than "
                          f"session_timeout_ms ({session_timeout_ms})")
-    _check_int("max_poll_interval_ms", max_poll_interval_ms, 1)
-    _check_int("auto_commit_interval_ms", auto_commit_interval_ms, 1)
+    check_int("max_poll_interval_ms", max_poll_interval_ms, 1)
+    check_int("auto_commit_interval_ms", auto_commit_interval_ms, 1)
     if not isinstance(enable_auto_commit, bool):
         raise TypeError(f"enable_auto_commit must be a bool, got {type(enable_auto_commit).__name__}")
     if listener is not None and not any(callable(getattr(listener, m, None)) for m in _LISTENER_METHODS):
