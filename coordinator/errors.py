@@ -15,6 +15,7 @@ from enum import IntEnum
 class Errors(IntEnum):
     UNKNOWN_SERVER_ERROR = -1
     NONE = 0
+    OFFSET_OUT_OF_RANGE = 1
     CORRUPT_MESSAGE = 2
     UNKNOWN_TOPIC_OR_PARTITION = 3
     INVALID_FETCH_SIZE = 4

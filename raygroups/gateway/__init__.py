@@ -1,0 +1,102 @@
+"""A Kafka wire-protocol gateway in front of a deployment: unmodified Kafka clients (librdkafka and its
+bindings, the Java client, kafka-python, aiokafka, their admin clients) use raygroups groups and offsets.
+
+    gw = raygroups.gateway.start(cluster, source=SyntheticSource({"events": 4}))
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": gw.bootstrap_servers, "group.id": "g"})
+
+It is a shell: requests are decoded with ``kio`` (generated from Kafka's message schemas), the group APIs go
+through the same request registry as the Python client, and a source's topics are served read-only
+(Metadata, ListOffsets, Fetch). See ``docs/kafka-clients.md`` for the APIs and versions served.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from typing import Any
+
+from raygroups.coordinator.messages import check_int, check_type
+from raygroups.gateway.broker import Broker
+from raygroups.gateway.server import GatewayLimits, Listener
+from raygroups.gateway.topology import BrokerAddress, SingleListener
+from raygroups.sources import Source
+
+__all__ = ["Gateway", "GatewayLimits", "start"]
+
+
+class Gateway:
+    """A running listener. ``bootstrap_servers`` is what clients bootstrap from; ``stop()`` closes every
+    connection and the listening socket (idempotent)."""
+
+    def __init__(self, listener: Listener, broker: Broker, bootstrap_servers: str) -> None:
+        self._listener = listener
+        self._broker = broker
+        self.bootstrap_servers = bootstrap_servers
+
+    def __repr__(self) -> str:
+        return f"Gateway(bootstrap_servers={self.bootstrap_servers!r})"
+
+    def __enter__(self) -> Gateway:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stats(self) -> dict:
+        return self._listener.stats()
+
+    def stop(self) -> None:
+        self._listener.stop()
+        self._broker.close()
+
+
+def start(cluster: Any, *, host: str = "127.0.0.1", port: int = 0, source: Source | None = None,
+          advertised_host: str | None = None, limits: GatewayLimits | None = None) -> Gateway:
+    """Listen on ``host:port`` (port 0: a free one) in front of ``cluster`` (from ``start_local`` or
+    ``connect``, or an ``InProcessCoordinator``). ``source``: topics served read-only, registered with the
+    deployment so that their offsets can be committed. ``advertised_host``: the host clients are told to
+    connect to (Kafka's ``advertised.listeners``; default ``host``, or this machine's name when ``host``
+    is a wildcard address)."""
+    check_type("host", host, str)
+    check_int("port", port, 0, 65_535)
+    check_type("advertised_host", advertised_host, str, nullable=True)
+    check_type("limits", limits, GatewayLimits, nullable=True)
+    if source is not None and not isinstance(source, Source):
+        raise TypeError(f"source must be a raygroups.Source (topics, read, end_offset), got {type(source).__name__}")
+    if not all(callable(getattr(cluster, name, None)) for name in ("client", "topics", "create_topic")):
+        raise TypeError(f"cluster must be a deployment handle (start_local, connect), got {type(cluster).__name__}")
+    limits = limits or GatewayLimits()
+    if source is not None:
+        register_topics(cluster, source)
+    listener: Listener | None = None
+    broker: Broker | None = None
+    address = BrokerAddress(0, "", 0)
+    topology = SingleListener(address)
+    try:
+        broker = Broker(cluster, source, topology, f"raygroups-{getattr(cluster, 'namespace', 'local')}",
+                        limits.fetch_max_bytes)
+        listener = Listener(broker, limits)
+        bound_host, bound_port = listener.start(host, port)
+    except OSError as e:
+        if broker is not None:
+            broker.close()
+        raise OSError(e.errno, f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    topology.address = BrokerAddress(0, advertised_host or _advertised(host, bound_host), bound_port)
+    return Gateway(listener, broker, f"{topology.address.host}:{bound_port}")
+
+
+def register_topics(cluster: Any, source: Source) -> None:
+    """Register the source's topics with the deployment (commits to unregistered topics are refused)."""
+    registered = cluster.topics()
+    for name, partitions in source.topics().items():
+        if registered.get(name, 0) < partitions:
+            cluster.create_topic(name, partitions)
+
+
+def _advertised(host: str, bound_host: str) -> str:
+    try:
+        if ipaddress.ip_address(bound_host).is_unspecified:
+            return socket.gethostname()
+    except ValueError:
+        pass
+    return host or bound_host

@@ -1,0 +1,155 @@
+"""Kafka's wire format, decoded and encoded with ``kio`` (message classes generated from Kafka's own JSON
+message schemas, every API and version, flexible versions with tagged fields and compact strings included).
+
+A frame is a 4-byte big-endian size and that many bytes: a request header (v1, or v2 for a flexible
+version) and the request body; the answer is a response header (v0, or v1 for a flexible version, except
+ApiVersions whose response header is always v0, KIP-511) and the response body (Kafka's
+``RequestContext``/``NetworkClient`` framing). Nothing here knows what a request means.
+
+The handlers build their answers as plain dicts with the fields of the newest version they serve;
+``to_entity`` shapes one into the message class of the version asked for, dropping the fields that
+version does not have, so one handler serves every version of its API.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import io
+import struct
+import types
+import typing
+import uuid
+from functools import cache
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader, entity_writer
+from kio.serial.errors import BufferUnderflow
+
+_HEAD = struct.Struct(">hhi")  # api key, api version, correlation id: the same in every header version
+_SIZE = struct.Struct(">i")
+_MS = datetime.timedelta(milliseconds=1)
+
+
+class MalformedRequest(ValueError):
+    """A frame that does not parse against its schema: Kafka closes the connection."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Frame:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    request: Any  # the kio request object
+
+
+def peek_header(frame: bytes) -> tuple[int, int, int]:
+    """(api key, api version, correlation id) of a request frame (without its size prefix)."""
+    if len(frame) < _HEAD.size:
+        raise MalformedRequest(f"a request frame needs at least {_HEAD.size} bytes for its header, got {len(frame)}")
+    return _HEAD.unpack_from(frame, 0)
+
+
+@cache
+def request_schema(api_key: int, api_version: int) -> type:
+    return load_request_schema(api_key, api_version)
+
+
+@cache
+def response_schema(api_key: int, api_version: int) -> type:
+    return load_response_schema(api_key, api_version)
+
+
+@cache
+def _reader(entity_type: type):
+    return entity_reader(entity_type)
+
+
+@cache
+def _writer(entity_type: type):
+    return entity_writer(entity_type)
+
+
+def decode_request(frame: bytes) -> Frame:
+    """Parse a whole request frame whose API key and version the caller knows are served."""
+    api_key, api_version, correlation_id = peek_header(frame)
+    schema = request_schema(api_key, api_version)
+    try:
+        header, size = _reader(schema.__header_schema__)(frame, 0)
+        request, _ = _reader(schema)(frame, size)
+    except BufferUnderflow:
+        raise MalformedRequest(f"api key {api_key} v{api_version}: the frame ends inside the request") from None
+    except (ValueError, TypeError, OverflowError, UnicodeDecodeError) as e:
+        raise MalformedRequest(f"api key {api_key} v{api_version}: {e}") from None
+    return Frame(api_key, api_version, correlation_id, header.client_id, request)
+
+
+def encode_response(api_key: int, api_version: int, correlation_id: int, body: Any) -> bytes:
+    """The whole response frame, size prefix included; ``body`` is a kio response object."""
+    schema = type(body)
+    buffer = io.BytesIO()
+    buffer.write(b"\0\0\0\0")
+    header_schema = schema.__header_schema__
+    _writer(header_schema)(buffer, header_schema(correlation_id=correlation_id))
+    _writer(schema)(buffer, body)
+    out = buffer.getbuffer()
+    _SIZE.pack_into(out, 0, len(out) - 4)
+    del out
+    return buffer.getvalue()
+
+
+def response(api_key: int, api_version: int, values: dict) -> Any:
+    """The kio response object of ``api_key`` at ``api_version`` built from ``values``."""
+    return to_entity(response_schema(api_key, api_version), values)
+
+
+# --- dicts into version-specific message classes ---------------------------------------------------
+def to_entity(entity_type: type, values: dict) -> Any:
+    kwargs = {}
+    for name, convert in _plan(entity_type):
+        if name in values:
+            kwargs[name] = convert(values[name])
+    return entity_type(**kwargs)
+
+
+@cache
+def _plan(entity_type: type) -> tuple[tuple[str, Any], ...]:
+    hints = typing.get_type_hints(entity_type)
+    return tuple((f.name, _converter(hints[f.name])) for f in dataclasses.fields(entity_type))
+
+
+def _converter(hint: Any):
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in typing.get_args(hint) if a is not type(None)]
+        convert = _converter(inner[0]) if len(inner) == 1 else _same
+        return lambda v: None if v is None else convert(v)
+    if origin is tuple:
+        item = _converter(typing.get_args(hint)[0])
+        return lambda v: tuple(item(x) for x in v)
+    if isinstance(hint, type):
+        if dataclasses.is_dataclass(hint):
+            return lambda v: v if isinstance(v, hint) else to_entity(hint, v)
+        if issubclass(hint, datetime.timedelta):
+            return lambda v: v if isinstance(v, datetime.timedelta) else datetime.timedelta(milliseconds=v)
+        if issubclass(hint, ErrorCode):
+            return lambda v: ErrorCode(int(v))
+        if issubclass(hint, uuid.UUID):
+            return lambda v: v if isinstance(v, uuid.UUID) else uuid.UUID(int=v or 0)
+        if issubclass(hint, str):
+            # A field an older version has as non-nullable (JoinGroup's protocol name before v7): Kafka
+            # writes "" where a newer version writes null.
+            return lambda v: "" if v is None else v
+    return _same
+
+
+def _same(v: Any) -> Any:
+    return v
+
+
+def ms(value: datetime.timedelta) -> int:
+    """A kio duration field (decoded as a timedelta) in Kafka's milliseconds."""
+    return value // _MS
