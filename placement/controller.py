@@ -231,6 +231,7 @@ class Controller:
                     out[name] = node_report(raw, o.node_id)
                     await self._reconcile_topics(name, raw)
                     await self._ensure_spare(name, o)
+                    await self._ensure_listener(name, o)
                     continue
                 except Exception as e:  # noqa: BLE001 - asked again below
                     log.info("disk report of node %s failed: %s", name, e)
@@ -245,6 +246,14 @@ class Controller:
                 self._event({"event": "spare-started", "node": name})
         except Exception as e:  # noqa: BLE001 - the node gets one with the first shard started there
             log.info("could not start a spare on %s: %s", name, e)
+
+    async def _ensure_listener(self, name: str, node) -> None:
+        """Once per incarnation of a coordinator node: its Kafka listener, when the deployment has them."""
+        try:
+            if await asyncio.to_thread(self._actors.ensure_listener, name, scheduling_for(node, name)):
+                self._event({"event": "listener-started", "node": name})
+        except Exception as e:  # noqa: BLE001 - tried again with the node's next report
+            log.info("could not start the Kafka listener on %s: %s", name, e)
 
     def _see_to_standby_spares(self, now_ms: int) -> None:
         """In the background (one task at a time): the nodes ``spares.standby_spares_due`` names get a spare

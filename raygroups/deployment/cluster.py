@@ -293,6 +293,7 @@ class Cluster:
             node_names = self._stop_controller()
             self._stop_shards()
             if self.replicated:
+                self._factory.stop_listeners()
                 self._stop_log_servers(node_names)
             for key in DEPLOYMENT_KEYS:
                 kv_delete(key, self.namespace)

@@ -45,6 +45,9 @@ DEPLOYMENT_KEYS = (DEPLOYMENT_KEY, TOPICS_KEY, TOPICS_VERSION_KEY, PARTITIONS_KE
 SHARD_ACTOR_KEY_PREFIX = b"raygroups/shard-actor/"
 SPARE_BOUND_KEY_PREFIX = b"raygroups/spare-bound/"
 SPARE_PREFIX = "raygroups-spare-"
+# Each coordinator node's Kafka listener, and where it listens (written by the listener itself).
+LISTENER_PREFIX = "raygroups-listener-"
+LISTENER_KEY_PREFIX = b"raygroups/listener/"
 ADOPT_TIMEOUT_S = 5.0
 
 log = logging.getLogger(__name__)
@@ -57,6 +60,25 @@ def add_simulated_node(ray_cluster, name: str):
 
 def shard_name(partition: int) -> str:
     return f"raygroups-shard-{partition}"
+
+
+def listener_name(node: str) -> str:
+    return f"{LISTENER_PREFIX}{node}"
+
+
+def listener_key(node: str) -> bytes:
+    return LISTENER_KEY_PREFIX + node.encode()
+
+
+def read_listeners(namespace: str) -> dict[str, dict]:
+    """Every node listener's registration (``node_id``, ``host``, ``port``, ``at``: when it last renewed
+    it, wall-clock seconds), by node name."""
+    out = {}
+    for key in internal_kv._internal_kv_list(LISTENER_KEY_PREFIX, namespace=namespace):
+        value = kv_get_json(key, namespace)
+        if value is not None:
+            out[key[len(LISTENER_KEY_PREFIX):].decode()] = value
+    return out
 
 
 def log_server_name(node: str) -> str:
@@ -263,6 +285,9 @@ class ActorFactory:
     num_partitions: int
     config: dict
     data_root: str
+    # Each coordinator node's Kafka listener: ``{"cls": the actor class, "kwargs": its arguments}`` (handed
+    # in by ``deploy``, which knows the gateway), or None for none.
+    listener: dict | None = None
     # The controller's record of which actor serves each partition (the controller alone changes it).
     _names: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -299,6 +324,34 @@ class ActorFactory:
             except ValueError:  # created by someone else in between, or its old name not yet released
                 time.sleep(0.05)
         return self.log_server(node)
+
+    def ensure_listener(self, node: str, scheduling: dict[str, Any]) -> bool:
+        """The node's Kafka listener, created if the deployment has them and it does not exist; True if
+        created. Detached and restarted by Ray on its node, like the LogServer."""
+        if self.listener is None:
+            return False
+        name = listener_name(node)
+        try:
+            ray.get_actor(name, namespace=self.namespace)
+            return False
+        except ValueError:
+            pass
+        options = {"name": name, "namespace": self.namespace, "lifetime": "detached", "max_restarts": -1,
+                   "max_task_retries": 0, "max_concurrency": 16, "num_cpus": 0, **placement_options(scheduling)}
+        try:
+            ray.remote(self.listener["cls"]).options(**options).remote(
+                self.namespace, node, self.num_partitions, self.config, **self.listener["kwargs"])
+        except ValueError:  # created by someone else in between
+            return False
+        return True
+
+    def stop_listeners(self) -> None:
+        """Kill every node listener of the deployment and remove their registrations (shutdown)."""
+        for a in ray.util.list_named_actors(all_namespaces=True):
+            if a["namespace"] == self.namespace and a["name"].startswith(LISTENER_PREFIX):
+                self._kill_named(a["name"])
+        for key in internal_kv._internal_kv_list(LISTENER_KEY_PREFIX, namespace=self.namespace):
+            kv_delete(key, self.namespace)
 
     @property
     def standby_per_partition(self) -> bool:

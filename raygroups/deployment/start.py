@@ -35,6 +35,9 @@ from raygroups.deployment.seam import (
     kv_put_json,
     write_topics,
 )
+from raygroups.gateway import register_topics
+from raygroups.gateway.node import NodeListener, parse_listen
+from raygroups.gateway.sources import load_source
 from raygroups.offsets_log.replica_state import read_node_descriptor, read_topics_file, write_node_descriptor
 from raygroups.placement.model import Settings
 from raygroups.placement.nodes import coordinator_nodes, unlabelled_warning
@@ -52,7 +55,8 @@ SIMULATED_HEALTH_CHECKS = {
 
 def deploy(address: str = "auto", *, data_dir: str | os.PathLike, namespace: str = DEFAULT_NAMESPACE,
            num_partitions: int = 50, config: dict[str, Any] | None = None, wait: bool = True,
-           timeout_s: float = READY_TIMEOUT_S) -> Cluster:
+           timeout_s: float = READY_TIMEOUT_S, listeners: str | None = None, advertised_host: str | None = None,
+           source: str | None = None) -> Cluster:
     """Create, or resume, the replicated deployment in ``namespace`` on the Ray cluster at ``address``.
 
     ``data_dir`` is an absolute path that exists on every coordinator host; each node keeps its replicas
@@ -61,8 +65,14 @@ def deploy(address: str = "auto", *, data_dir: str | os.PathLike, namespace: str
     default) it returns once every partition is served, or raises ``TimeoutError`` naming what the
     deployment is still waiting for (for instance, coordinator nodes to join). Resuming a running
     deployment with another partition count, data directory or config is refused, as is a node whose
-    disk holds a deployment of another partition count; nothing is changed then."""
+    disk holds a deployment of another partition count; nothing is changed then.
+
+    ``listeners="HOST:PORT"`` runs a Kafka listener on every coordinator node (``raygroups.gateway``; Kafka's
+    ``listeners``, port 0 picks a free one per node), telling clients to connect to ``advertised_host``
+    (Kafka's ``advertised.listeners``; by default each node's IP); ``source="MODULE:ATTR"`` names the
+    ``raygroups.Source`` they serve read-only (importable on every node), whose topics are registered."""
     data_dir, cfg = validate_deploy_args(address, data_dir, namespace, num_partitions, config, wait, timeout_s)
+    listener = _listener_spec(listeners, advertised_host, source)
     owns_ray = not ray.is_initialized()
     if owns_ray:
         ray.init(address=address, log_to_driver=False)
@@ -73,7 +83,7 @@ def deploy(address: str = "auto", *, data_dir: str | os.PathLike, namespace: str
         if existing is not None:
             cfg = _resumable(existing, description, namespace, config is not None)
         _warn_unlabelled()
-        factory = ActorFactory(namespace, num_partitions, cfg.to_properties(), data_dir)
+        factory = ActorFactory(namespace, num_partitions, cfg.to_properties(), data_dir, listener=listener)
         if existing is None:
             kv_put_json(DEPLOYMENT_KEY, description, namespace)
         cluster = Cluster(namespace, num_partitions, cfg, data_dir, created=True, owns_ray=owns_ray,
@@ -92,9 +102,26 @@ def deploy(address: str = "auto", *, data_dir: str | os.PathLike, namespace: str
         if owns_ray and ray.is_initialized():
             ray.shutdown()
         raise
+    if source is not None:
+        register_topics(cluster, load_source(source))
     if wait:
         cluster.wait_ready(timeout_s)
     return cluster
+
+
+def _listener_spec(listeners: object, advertised_host: object, source: object) -> dict | None:
+    check_type("listeners", listeners, str, nullable=True)
+    check_type("advertised_host", advertised_host, str, nullable=True)
+    check_type("source", source, str, nullable=True)
+    if listeners is None:
+        if advertised_host is not None or source is not None:
+            raise ValueError("advertised_host and source need listeners (HOST:PORT)")
+        return None
+    parse_listen(listeners)
+    if source is not None:
+        load_source(source)
+    return {"cls": NodeListener, "kwargs": {"listen": listeners, "advertised_host": advertised_host,
+                                            "source": source}}
 
 
 def validate_deploy_args(address: object, data_dir: object, namespace: object, num_partitions: object,
@@ -155,7 +182,8 @@ def _warn_unlabelled() -> None:
             log.warning(unlabelled_warning(node))
 
 
-def start_simulated(num_partitions: int, data_dir, props: dict, namespace: str, num_nodes: int) -> Cluster:
+def start_simulated(num_partitions: int, data_dir, props: dict, namespace: str, num_nodes: int,
+                    listeners: str | None = None) -> Cluster:
     """``start_local(num_nodes=N)``: a simulated cluster of N coordinator nodes, then ``deploy``."""
     from ray.cluster_utils import Cluster as RayCluster
 
@@ -177,7 +205,7 @@ def start_simulated(num_partitions: int, data_dir, props: dict, namespace: str, 
         ray_cluster.wait_for_nodes()
         ray.init(address=ray_cluster.address, log_to_driver=False, logging_level=logging.WARNING)
         cluster = deploy(ray_cluster.address, data_dir=data_dir, namespace=namespace,
-                         num_partitions=num_partitions, config=props, wait=False)
+                         num_partitions=num_partitions, config=props, wait=False, listeners=listeners)
     except BaseException:
         if ray.is_initialized():
             ray.shutdown()
@@ -199,7 +227,7 @@ def start_simulated(num_partitions: int, data_dir, props: dict, namespace: str, 
 
 def start_local(num_partitions: int = 8, data_dir: str | os.PathLike | None = None,
                 config: dict[str, Any] | None = None, namespace: str | None = None,
-                num_cpus: int | None = None, num_nodes: int | None = None) -> Cluster:
+                num_cpus: int | None = None, num_nodes: int | None = None, listeners: str | None = None) -> Cluster:
     """The embedded default: a local single-node Ray (started unless one is running) and one shard actor
     per partition, pinned to that node, data in ``data_dir`` (a temporary directory if None). Called
     again with the same ``data_dir`` after ``shutdown()`` it resumes the same data.
@@ -208,7 +236,8 @@ def start_local(num_partitions: int = 8, data_dir: str | os.PathLike | None = No
     (``ray.cluster_utils``) beside a head node that carries the driver and the controller, then runs
     ``raygroups.deploy`` on it: every partition is replicated on ``offsets.topic.replication.factor`` nodes
     (capped by N) with ``min.insync.replicas`` (capped likewise); each node's data lives under
-    ``<data_dir>/<node name>``, so the same ``data_dir`` resumes the same replicated deployment."""
+    ``<data_dir>/<node name>``, so the same ``data_dir`` resumes the same replicated deployment; with
+    ``listeners="127.0.0.1:0"`` each of them runs a Kafka listener (see ``deploy``)."""
     check_int("num_partitions", num_partitions, 1, 10_000)
     check_type("data_dir", data_dir, (str, os.PathLike), nullable=True)
     check_type("namespace", namespace, str, nullable=True)
@@ -217,7 +246,10 @@ def start_local(num_partitions: int = 8, data_dir: str | os.PathLike | None = No
     props["offsets.topic.num.partitions"] = num_partitions
     if num_nodes is not None:
         check_int("num_nodes", num_nodes, 1, 32)
-        return start_simulated(num_partitions, data_dir, props, namespace, num_nodes)
+        return start_simulated(num_partitions, data_dir, props, namespace, num_nodes, listeners)
+    if listeners is not None:
+        raise ValueError("listeners are per coordinator node (num_nodes=...); in front of the single-node "
+                         "default, run raygroups.gateway.start(cluster)")
     cfg = CoordinatorConfig.from_properties(props)
     owns_ray = not ray.is_initialized()
     if owns_ray:

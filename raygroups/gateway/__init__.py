@@ -21,7 +21,7 @@ from raygroups.gateway.server import GatewayLimits, Listener
 from raygroups.gateway.topology import BrokerAddress, SingleListener
 from raygroups.sources import Source
 
-__all__ = ["Gateway", "GatewayLimits", "start"]
+__all__ = ["Gateway", "GatewayLimits", "bootstrap_servers", "listeners", "start"]
 
 
 class Gateway:
@@ -83,6 +83,24 @@ def start(cluster: Any, *, host: str = "127.0.0.1", port: int = 0, source: Sourc
         raise OSError(e.errno, f"cannot listen on {host}:{port}: {e.strerror or e}") from None
     topology.address = BrokerAddress(0, advertised_host or _advertised(host, bound_host), bound_port)
     return Gateway(listener, broker, f"{topology.address.host}:{bound_port}")
+
+
+def listeners(cluster: Any) -> dict[str, str]:
+    """The Kafka listeners of a replicated deployment's coordinator nodes (``deploy(listeners=...)``) that
+    renewed their registration lately: node name -> ``"host:port"``."""
+    import time
+
+    from raygroups.deployment.seam import read_listeners
+    from raygroups.gateway.node import LISTENER_STALE_S
+
+    now = time.time()
+    return {node: f"{r['host']}:{r['port']}" for node, r in sorted(read_listeners(cluster.namespace).items())
+            if now - r.get("at", 0) <= LISTENER_STALE_S}
+
+
+def bootstrap_servers(cluster: Any) -> str:
+    """``listeners(cluster)`` as a Kafka client's ``bootstrap.servers`` string."""
+    return ",".join(listeners(cluster).values())
 
 
 def register_topics(cluster: Any, source: Source) -> None:
