@@ -11,12 +11,18 @@ through the same request registry as the Python client, and a source's topics ar
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import socket
+import time
 from typing import Any
 
+from raygroups.client.ray_client import RayGroupClient
 from raygroups.coordinator.messages import check_int, check_type
+from raygroups.deployment.cluster import Cluster
+from raygroups.deployment.seam import read_listeners
 from raygroups.gateway.broker import Broker
+from raygroups.gateway.node import GATEWAY_RETRY_MS, LISTENER_STALE_S, Deployment
 from raygroups.gateway.server import GatewayLimits, Listener
 from raygroups.gateway.topology import BrokerAddress, SingleListener
 from raygroups.sources import Source
@@ -28,9 +34,10 @@ class Gateway:
     """A running listener. ``bootstrap_servers`` is what clients bootstrap from; ``stop()`` closes every
     connection and the listening socket (idempotent)."""
 
-    def __init__(self, listener: Listener, broker: Broker, bootstrap_servers: str) -> None:
+    def __init__(self, listener: Listener, broker: Broker, bootstrap_servers: str, client: Any = None) -> None:
         self._listener = listener
         self._broker = broker
+        self._client = client
         self.bootstrap_servers = bootstrap_servers
 
     def __repr__(self) -> str:
@@ -48,6 +55,8 @@ class Gateway:
     def stop(self) -> None:
         self._listener.stop()
         self._broker.close()
+        if self._client is not None:
+            self._client.close()
 
 
 def start(cluster: Any, *, host: str = "127.0.0.1", port: int = 0, source: Source | None = None,
@@ -72,27 +81,37 @@ def start(cluster: Any, *, host: str = "127.0.0.1", port: int = 0, source: Sourc
     broker: Broker | None = None
     address = BrokerAddress(0, "", 0)
     topology = SingleListener(address)
+    deployment, own_client = _deployment(cluster)
     try:
-        broker = Broker(cluster, source, topology, f"raygroups-{getattr(cluster, 'namespace', 'local')}",
+        broker = Broker(deployment, source, topology, f"raygroups-{getattr(cluster, 'namespace', 'local')}",
                         limits.fetch_max_bytes)
         listener = Listener(broker, limits)
         bound_host, bound_port = listener.start(host, port)
     except OSError as e:
         if broker is not None:
             broker.close()
+        if own_client is not None:
+            own_client.close()
         raise OSError(e.errno, f"cannot listen on {host}:{port}: {e.strerror or e}") from None
     topology.address = BrokerAddress(0, advertised_host or _advertised(host, bound_host), bound_port)
-    return Gateway(listener, broker, f"{topology.address.host}:{bound_port}")
+    return Gateway(listener, broker, f"{topology.address.host}:{bound_port}", own_client)
+
+
+def _deployment(cluster: Any) -> tuple[Any, Any]:
+    """What the gateway forwards to: in front of a Ray deployment, a group client of its own whose retries of
+    a retriable coordinator error end after ``GATEWAY_RETRY_MS``, so that a Kafka client sees the error and
+    finds its coordinator again, as with Kafka; in front of anything else (``InProcessCoordinator``), the
+    handle's own client."""
+    if not isinstance(cluster, Cluster):
+        return cluster, None
+    config = dataclasses.replace(cluster.config, request_timeout_ms=GATEWAY_RETRY_MS)
+    client = RayGroupClient(cluster.namespace, cluster.num_partitions, config)
+    return Deployment(client, cluster.namespace), client
 
 
 def listeners(cluster: Any) -> dict[str, str]:
     """The Kafka listeners of a replicated deployment's coordinator nodes (``deploy(listeners=...)``) that
     renewed their registration lately: node name -> ``"host:port"``."""
-    import time
-
-    from raygroups.deployment.seam import read_listeners
-    from raygroups.gateway.node import LISTENER_STALE_S
-
     now = time.time()
     return {node: f"{r['host']}:{r['port']}" for node, r in sorted(read_listeners(cluster.namespace).items())
             if now - r.get("at", 0) <= LISTENER_STALE_S}

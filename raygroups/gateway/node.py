@@ -64,7 +64,7 @@ def parse_listen(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
-class _Deployment:
+class Deployment:
     """What a ``Broker`` needs of the deployment: its group API and its registered topics."""
 
     def __init__(self, client: Any, namespace: str) -> None:
@@ -164,7 +164,7 @@ class NodeListener:
         self._client = RayGroupClient(namespace, num_partitions, cfg)
         self.topology = NodeTopology(namespace, node, num_partitions)
         limits = GatewayLimits()
-        self._broker = Broker(_Deployment(self._client, namespace), load_source(source) if source else None,
+        self._broker = Broker(Deployment(self._client, namespace), load_source(source) if source else None,
                               self.topology, f"raygroups-{namespace}", limits.fetch_max_bytes)
         self._listener = Listener(self._broker, limits)
         host, port = parse_listen(listen)
