@@ -14,11 +14,11 @@ the partitions' leaders.
 from __future__ import annotations
 
 import datetime as _dt
-import importlib
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from raygroups import sources
 from raygroups.coordinator.consumer_protocol import SchemaError, decode_assignment
 from raygroups.coordinator.errors import Errors
 from raygroups.coordinator.group import GroupState
@@ -60,22 +60,13 @@ def parse_topic_spec(spec: str) -> TopicSpec:
 
 
 def load_source(spec: str | None) -> Source | None:
-    """``module:attr`` names a ``Source``, or a callable without arguments that returns one."""
+    """``--source MODULE:ATTR`` (``raygroups.sources.load_source``), or None."""
     if spec is None:
         return None
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise AdminError(f"--source {spec!r} must be MODULE:ATTR (a Source, or a function returning one)")
     try:
-        obj = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as e:
-        raise AdminError(f"--source {spec!r}: {e}") from None
-    if callable(obj) and not isinstance(obj, Source):
-        obj = obj()
-    if not isinstance(obj, Source):
-        raise AdminError(f"--source {spec!r} is a {type(obj).__name__}, not a raygroups.Source "
-                         f"(topics, read, end_offset)")
-    return obj
+        return sources.load_source(spec)
+    except ValueError as e:
+        raise AdminError(f"--source: {e}") from None
 
 
 def _start_offset(source: Source, topic: str, partition: int) -> int:

@@ -8,6 +8,7 @@ verify that a record is genuine and, together with the others, that none was ski
 from __future__ import annotations
 
 import hashlib
+import importlib
 import math
 import time
 from typing import NamedTuple, Protocol, runtime_checkable
@@ -113,3 +114,29 @@ class SyntheticSource:
         if n is None:
             raise ValueError(f"unknown topic {topic!r}; this source has {sorted(self._topics)}")
         check_int(f"partition of {topic!r}", partition, 0, n - 1)
+
+
+def load_source(spec: str) -> Source:
+    """The source ``spec`` names: ``MODULE:ATTR``, a ``Source`` or a callable without arguments that returns
+    one, resolved in the calling process (a CLI command, a node's listener); ValueError saying what is wrong."""
+    if not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":")):
+        raise ValueError(f"a source {spec!r} must be MODULE:ATTR (for example mypkg.sources:events)")
+    module_name, attr = spec.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ValueError(f"cannot import the source module {module_name!r}: {e}") from None
+    value = module
+    for part in attr.split("."):
+        if not hasattr(value, part):
+            raise ValueError(f"module {module_name!r} has no attribute {attr!r}")
+        value = getattr(value, part)
+    if isinstance(value, type) or (not isinstance(value, Source) and callable(value)):
+        try:
+            value = value()
+        except Exception as e:  # noqa: BLE001 - whatever the factory raised, said in one sentence
+            raise ValueError(f"{spec}() failed: {type(e).__name__}: {e}") from None
+    if not isinstance(value, Source):
+        raise ValueError(f"{spec} is a {type(value).__name__}, not a raygroups.Source (topics, read, end_offset) "
+                         f"or a callable returning one")
+    return value

@@ -1,5 +1,5 @@
 """The ``raygroups`` command line (also ``python -m raygroups``), on click with rich output: ``deploy`` here,
-the other commands in ``groups``, ``compact`` and ``chaos``, what they share in ``common``.
+the other commands in ``groups``, ``compact``, ``chaos`` and ``gateway``, what they share in ``common``.
 
 Exit codes: 0 ok, 1 error (one sentence on stderr, nothing changed), 2 usage. Every command takes
 ``--json`` for machines.
@@ -12,9 +12,10 @@ from typing import Any
 
 import click
 
-from raygroups.cli import chaos, compact, groups  # noqa: F401  (each registers its commands on ``main``)
+from raygroups.cli import chaos, compact, gateway, groups  # noqa: F401  (each registers its commands on ``main``)
 from raygroups.cli.common import ERRORS, fail, init_ray, main, parse_config
 from raygroups.deployment.cluster import DEFAULT_NAMESPACE, READY_TIMEOUT_S
+from raygroups.gateway import listeners
 
 
 def deployment_summary(cluster: Any) -> dict:
@@ -27,7 +28,7 @@ def deployment_summary(cluster: Any) -> dict:
                                                         "isr": None, "partition_epoch": None})})
     return {"namespace": cluster.namespace, "num_partitions": cluster.num_partitions, "data_dir": cluster.data_dir,
             "nodes": cluster.nodes(), "ready": readiness["ready"], "waiting_for": readiness["waiting_for"],
-            "partitions": partitions}
+            "partitions": partitions, "listeners": listeners(cluster)}
 
 
 def _print_summary(summary: dict) -> None:
@@ -48,6 +49,8 @@ def _print_summary(summary: dict) -> None:
         console.print("[green]serving[/]: every partition has a leader whose shard is ACTIVE")
     else:
         console.print(f"[yellow]not serving yet[/]: waiting for {summary['waiting_for']}")
+    if summary["listeners"]:
+        console.print("Kafka clients bootstrap from: " + ",".join(summary["listeners"].values()))
     if not any(p["replicas"] for p in summary["partitions"]):
         return
     table = Table("partition", "leader", "epoch", "in-sync replicas", "replicas")
@@ -75,9 +78,17 @@ def _print_summary(summary: dict) -> None:
                    "come up as coordinator nodes join).")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=READY_TIMEOUT_S, show_default=True,
               help="Seconds to wait for the deployment.")
+@click.option("--listeners", default=None, metavar="HOST:PORT",
+              help="Run a Kafka listener on every coordinator node at HOST:PORT (Kafka's listeners).")
+@click.option("--advertised-host", default=None, metavar="HOST",
+              help="The host Kafka clients are told to connect to (default: the --listeners host, or each "
+                   "node's IP for a wildcard address).")
+@click.option("--source", "source_spec", default=None, metavar="MODULE:ATTR",
+              help="A raygroups.Source the listeners serve read-only (importable on every node).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def deploy(address: str, data_dir: str, namespace: str, num_partitions: int, config_items: tuple[str, ...],
-           wait: bool, timeout_s: float, as_json: bool) -> None:
+           wait: bool, timeout_s: float, listeners: str | None, advertised_host: str | None,
+           source_spec: str | None, as_json: bool) -> None:
     """Create, or resume, a replicated deployment on a Ray cluster (idempotent)."""
     from raygroups.deployment.start import deploy as deploy_deployment
     from raygroups.deployment.start import validate_deploy_args
@@ -87,7 +98,8 @@ def deploy(address: str, data_dir: str, namespace: str, num_partitions: int, con
         validate_deploy_args(address, data_dir, namespace, num_partitions, config, wait, timeout_s)
         init_ray(address)
         cluster = deploy_deployment(address, data_dir=data_dir, namespace=namespace, num_partitions=num_partitions,
-                                    config=config, wait=wait, timeout_s=timeout_s)
+                                    config=config, wait=wait, timeout_s=timeout_s, listeners=listeners,
+                                    advertised_host=advertised_host, source=source_spec)
         summary = deployment_summary(cluster)
     except ERRORS as e:
         fail(e)

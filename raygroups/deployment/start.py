@@ -37,10 +37,10 @@ from raygroups.deployment.seam import (
 )
 from raygroups.gateway import register_topics
 from raygroups.gateway.node import NodeListener, parse_listen
-from raygroups.gateway.sources import load_source
 from raygroups.offsets_log.replica_state import read_node_descriptor, read_topics_file, write_node_descriptor
 from raygroups.placement.model import Settings
 from raygroups.placement.nodes import coordinator_nodes, unlabelled_warning
+from raygroups.sources import load_source
 
 log = logging.getLogger(__name__)
 

@@ -38,6 +38,7 @@ from raygroups.deployment.seam import (
 from raygroups.gateway.broker import Broker
 from raygroups.gateway.server import GatewayLimits, Listener
 from raygroups.gateway.topology import BrokerAddress
+from raygroups.sources import load_source
 
 log = logging.getLogger("raygroups.gateway")
 
@@ -156,8 +157,6 @@ class NodeListener:
 
     def __init__(self, namespace: str, node: str, num_partitions: int, config: dict, listen: str,
                  advertised_host: str | None = None, source: str | None = None) -> None:
-        from raygroups.gateway.sources import load_source  # resolved here, in the node's process
-
         self.node = node
         self.error: str | None = None
         cfg = dataclasses.replace(CoordinatorConfig.from_properties(config), request_timeout_ms=GATEWAY_RETRY_MS)
