@@ -10,9 +10,11 @@ a head and three coordinator nodes. Root only; about ten minutes here.
    goes -- plus plain commits of many groups; every committed offset is checked; the operator's commands
    (``raygroups status``, ``groups list``, ``groups describe``, ``offsets reset``, ``offsets delete``,
    ``groups delete``) run against it with ``--address ray://...``;
-4. the coordinator host that leads the most partitions is powered off: the partitions fail over, every
-   committed offset is still there and new commits succeed; the host is powered on again and rejoins under
-   its name (Ray's autoscaler restarts Ray on it), back in the in-sync replicas;
+4. a confluent-kafka (librdkafka) consumer group of two members on this machine commits through the
+   hosts' Kafka listeners (cluster.yaml's ``--listeners``) throughout; the coordinator host that leads the
+   most partitions is powered off: the partitions fail over, every committed offset is still there and new
+   commits succeed, the Kafka group's included; the host is powered on again and rejoins under its name
+   (Ray's autoscaler restarts Ray on it), back in the in-sync replicas;
 5. ``ray down`` (and ``ray stop`` on each worker: ``ray down`` stops only the head), then ``ray up`` again:
    the deployment is resumed from the coordinator nodes' disks and every committed offset is back;
 6. ``ray down`` and a teardown that must leave no process, namespace or link behind.
@@ -41,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CLIENT_ADDRESS = f"ray://{HEAD.ip}:10001"
 NAMESPACE = "raygroups"
 PREBAKED_VENV = Path("/root/raygroups-venv")
+KAFKA_PORT = 9092
 
 
 class Run:
@@ -363,7 +366,87 @@ def phase_rejoined(name: str) -> dict:
     return {"node": name, "partitions_in_sync": len(held), "after_s": round(time.monotonic() - started, 1)}
 
 
-PHASES = {"workload": phase_workload, "check": phase_check, "rejoined": phase_rejoined}
+def kafka_bootstrap() -> str:
+    """Every coordinator host's Kafka listener (cluster.yaml's ``--listeners=0.0.0.0:9092``)."""
+    return ",".join(f"{w.ip}:{KAFKA_PORT}" for w in WORKERS)
+
+
+def phase_kafka_group(stop_file: str, out_file: str) -> dict:
+    """A confluent-kafka (librdkafka) consumer group of two members on this machine, through the hosts'
+    listeners: each commits its partitions of ``orders`` (one higher each time) until ``stop_file`` exists.
+    ``out_file`` gets, as it goes, the acknowledged offsets and when each commit was acknowledged."""
+    import threading
+    from collections import Counter
+
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    lock = threading.Lock()
+    acked: dict[int, int] = {}
+    acked_at: list[float] = []
+    errors: Counter = Counter()
+    assignments: list[list[int]] = [[], []]
+
+    def save() -> None:
+        with lock:
+            state = {"acked": {f"orders:{p}": o for p, o in sorted(acked.items())}, "acked_at": list(acked_at),
+                     "errors": dict(errors), "assignments": [list(a) for a in assignments]}
+        Path(out_file).write_text(json.dumps(state, sort_keys=True))
+
+    def member(i: int) -> None:
+        consumer = Consumer({"bootstrap.servers": kafka_bootstrap(), "group.id": "kafka-app",
+                             "client.id": f"kafka-app-{i}", "enable.auto.commit": False,
+                             "session.timeout.ms": 10_000, "heartbeat.interval.ms": 1_000, "log_level": 0})
+        consumer.subscribe(["orders"])
+        while not os.path.exists(stop_file):
+            consumer.poll(0.2)
+            mine = sorted(tp.partition for tp in consumer.assignment())
+            assignments[i] = mine
+            if not mine:
+                continue
+            with lock:
+                wanted = [TopicPartition("orders", p, acked.get(p, 0) + 1) for p in mine]
+            try:
+                done = consumer.commit(offsets=wanted, asynchronous=False)
+            except KafkaException as e:  # the coordinator went away mid-commit: the next round retries
+                with lock:
+                    errors[e.args[0].name()] += 1
+                continue
+            with lock:
+                for tp in done:
+                    if tp.error is None:
+                        acked[tp.partition] = max(acked.get(tp.partition, 0), tp.offset)
+                        acked_at.append(time.time())
+            time.sleep(0.1)
+        consumer.close()
+
+    threads = [threading.Thread(target=member, args=(i,), daemon=True) for i in range(2)]
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        save()
+        time.sleep(1)
+    save()
+    return json.loads(Path(out_file).read_text())
+
+
+def kafka_group_facts(out_file: str, powered_off_at: float, expected_file: str) -> dict:
+    """What the Kafka group did: commits before and after the power-off, the longest pause between two
+    acknowledged commits around it (what a librdkafka client sees of the failover), and its acknowledged
+    offsets added to what the later checks hold the deployment to."""
+    state = json.loads(Path(out_file).read_text())
+    times = state["acked_at"]
+    around = [b - a for a, b in zip(times, times[1:], strict=False) if b >= powered_off_at]
+    expected = json.loads(Path(expected_file).read_text())
+    expected["kafka-app"] = state["acked"]
+    Path(expected_file).write_text(json.dumps(expected, sort_keys=True))
+    after = sum(1 for t in times if t > powered_off_at)
+    assert after > 0, f"the Kafka group committed nothing after the power-off: {state['errors']}"
+    return {"commits_before_power_off": len(times) - after, "commits_after_power_off": after,
+            "longest_commit_pause_s": round(max(around, default=0.0), 2), "errors": state["errors"],
+            "partitions": len(state["acked"])}
+
+
+PHASES = {"workload": phase_workload, "check": phase_check, "rejoined": phase_rejoined, "kafka": phase_kafka_group}
 
 
 # --- the run ---------------------------------------------------------------------------------------------
@@ -401,8 +484,17 @@ def main(argv: list[str] | None = None) -> int:
         run.facts["cli_writes"] = run.step("raygroups offsets reset / offsets delete / groups delete, bad input",
                                            operator_writes, run, expected)
         run.say(f"  {run.facts['cli_writes']}")
+        kafka_stop, kafka_out = WORK / "kafka-group.stop", WORK / "kafka-group.json"
+        kafka_stop.unlink(missing_ok=True)
+        kafka = subprocess.Popen([sys.executable, __file__, "--phase", "kafka", str(kafka_stop), str(kafka_out)],
+                                 env=launcher_env(), stdout=subprocess.DEVNULL,
+                                 stderr=open(run.out / "phase-kafka.log", "w"))
+        run.step("a confluent-kafka group of 2 commits through the hosts' Kafka listeners", _wait,
+                 lambda: kafka_out.exists() and len(json.loads(kafka_out.read_text())["acked"]) == 6, 120,
+                 "the Kafka group's commits on all 6 partitions")
         leaders = run.facts["workload"]["leaders"]
         victim = testhosts.by_name(max((n for n in leaders if n), key=lambda n: leaders[n]))
+        powered_off_at = time.time()
         run.step(f"power off {victim.name}", testhosts.stop, victim)
         run.facts["failover"] = run.step("failover: every partition served again, nothing lost",
                                          client_phase, run, "check", expected, "2", victim.name)
@@ -415,6 +507,11 @@ def main(argv: list[str] | None = None) -> int:
         run.facts["rejoin"] = run.step(f"{victim.name} rejoins under its name (autoscaler restarts Ray) and in sync",
                                        client_phase, run, "rejoined", victim.name)
         run.say(f"  {run.facts['rejoin']}")
+        kafka_stop.touch()
+        run.step("the Kafka group stops", kafka.wait, 120)
+        run.facts["kafka_group"] = run.step("the Kafka group committed across the power-off",
+                                            kafka_group_facts, str(kafka_out), powered_off_at, expected)
+        run.say(f"  {run.facts['kafka_group']}")
         run.step("ray down", ray_cli, run, "down", "-y", str(config))
         run.step("ray stop on the workers", stop_ray_everywhere)
         run.step("ray up again", ray_cli, run, "up", "-y", "--no-config-cache", "--disable-usage-stats", str(config))

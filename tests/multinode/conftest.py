@@ -1,5 +1,5 @@
 """A simulated 3-coordinator-node deployment for the module (about 10 s to start), with a spare per followed
-partition (``shard.standby.per.partition``)."""
+partition (``shard.standby.per.partition``) and a Kafka listener on each node."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ def cluster(tmp_path_factory):
         ray.shutdown()
     c = start_local(num_partitions=4, num_nodes=3, data_dir=tmp_path_factory.mktemp("data"),
                     config={"group.initial.rebalance.delay.ms": 0, "group.min.session.timeout.ms": 10,
-                            "request.timeout.ms": 30_000, "shard.standby.per.partition": True})
+                            "request.timeout.ms": 30_000, "shard.standby.per.partition": True},
+                    listeners="127.0.0.1:0")
     c.create_topic("orders", 1)
     yield c
     c.shutdown()

@@ -194,3 +194,54 @@ def _states_or_none(cluster):
         return {p: cluster.partition_state(p) for p in range(cluster.num_partitions)}
     except (ray.exceptions.RayError, TimeoutError):
         return None
+
+
+def test_a_kafka_consumer_follows_its_coordinator_across_the_leader_node_loss(cluster):
+    """A confluent-kafka (librdkafka) consumer commits through the nodes' listeners while the node leading its
+    group's partition dies: it finds the new coordinator as it does with Kafka (its coordinator's connection
+    drops, FindCoordinator names the new leader's listener), its commits go on, and the committed offsets
+    never go backwards."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    from raygroups.gateway import bootstrap_servers, listeners
+
+    wait_for(lambda: len(listeners(cluster)) == 3, what="a listener on each node")
+    group = "kafka-failover"
+    victim = cluster.partition_leaders()[partition_for(group, cluster.num_partitions)]
+    consumer = Consumer({"bootstrap.servers": bootstrap_servers(cluster), "group.id": group,
+                         "enable.auto.commit": False, "session.timeout.ms": 30_000, "log_level": 0})
+    client = cluster.client()
+    acked, observed, errors, killed_at = 0, [], [], None
+    try:
+        consumer.subscribe(["orders"])
+
+        def assigned() -> bool:
+            consumer.poll(0.1)
+            return bool(consumer.assignment())
+
+        wait_for(assigned, what="the assignment")
+        offset = 0
+        while acked < 40:
+            offset += 1
+            try:
+                consumer.commit(offsets=[TopicPartition("orders", 0, offset)], asynchronous=False)
+                acked = offset
+            except KafkaException as e:  # a commit in flight when the coordinator went: the loop goes on
+                errors.append(e.args[0].name())
+            observed.append(client.fetch_offsets(group_id=group, partitions=[("orders", 0)]).result(60)
+                            .offsets[("orders", 0)].offset)
+            if acked == 10 and killed_at is None:
+                killed_at = offset
+                cluster.kill_node(victim, graceful=False)
+        assert killed_at is not None
+        new_leader = cluster.partition_leaders()[partition_for(group, cluster.num_partitions)]
+        assert new_leader not in (None, victim)
+        wait_for(lambda: victim not in listeners(cluster), what="the lost node's listener gone from the brokers")
+        committed = consumer.committed([TopicPartition("orders", 0)], timeout=30)[0].offset
+        assert committed == acked == 40
+        assert observed == sorted(observed), f"committed offsets moved backwards: {observed} (errors {errors})"
+        assert client.fetch_offsets(group_id=group, partitions=[("orders", 0)]).result(60) \
+            .offsets[("orders", 0)].offset == 40
+    finally:
+        consumer.close()
+    _restore(cluster, victim)

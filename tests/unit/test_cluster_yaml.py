@@ -87,7 +87,8 @@ def test_local_provider_with_placeholder_host_names(raw, prepared):
     assert provider["head_ip"] == "HEAD_NODE_HOSTNAME"
     assert provider["worker_ips"] == [f"WORKER_NODE_HOSTNAME_{i}" for i in (1, 2, 3)]
     addresses = set(re.findall(r"\b\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}\b", CLUSTER_YAML.read_text()))
-    assert addresses <= {"127.0.0.1"}, addresses
+    # (0.0.0.0 is the Kafka listeners' wildcard, every interface of a node: no machine's address.)
+    assert addresses <= {"127.0.0.1", "0.0.0.0"}, addresses
     assert len(set(provider["worker_ips"]) | {provider["head_ip"]}) == len(provider["worker_ips"]) + 1
     assert "REPLACE" in CLUSTER_YAML.read_text()
     assert raw["auth"]["ssh_user"]
