@@ -137,13 +137,22 @@ def cluster_copy(wheel: Path) -> Path:
 
 # --- checks through Ray client (each in a fresh process: one Ray client connection per process) ------
 def client_phase(run: Run, phase: str, *args: str, timeout_s: float = 600) -> dict:
-    done = subprocess.run([sys.executable, __file__, "--phase", phase, *args], env=launcher_env(),
-                          capture_output=True, text=True, timeout=timeout_s)
-    (run.out / f"phase-{phase}-{len(run.timings)}.log").write_text(done.stdout + done.stderr)
+    log = run.out / f"phase-{phase}-{len(run.timings)}.log"
+    try:
+        done = subprocess.run([sys.executable, __file__, "--phase", phase, *args], env=launcher_env(),
+                              capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired as e:  # what it printed until then says where it stood
+        log.write_text(_text(e.stdout) + _text(e.stderr))
+        raise
+    log.write_text(done.stdout + done.stderr)
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
     if done.returncode != 0 or not lines:
         raise RuntimeError(f"phase {phase} failed ({done.returncode}): {done.stderr.strip()[-1500:]}")
     return json.loads(lines[-1])
+
+
+def _text(output: bytes | str | None) -> str:
+    return output.decode(errors="replace") if isinstance(output, bytes) else (output or "")
 
 
 def operator_cli(run: Run, *args: str) -> tuple[int, object]:
