@@ -91,11 +91,12 @@ def deploy(address: str, data_dir: str, namespace: str, num_partitions: int, con
            source_spec: str | None, as_json: bool) -> None:
     """Create, or resume, a replicated deployment on a Ray cluster (idempotent)."""
     from raygroups.deployment.start import deploy as deploy_deployment
-    from raygroups.deployment.start import validate_deploy_args
+    from raygroups.deployment.start import listener_spec, validate_deploy_args
 
     config = parse_config(config_items) or None
     try:
         validate_deploy_args(address, data_dir, namespace, num_partitions, config, wait, timeout_s)
+        listener_spec(listeners, advertised_host, source_spec)
         init_ray(address)
         cluster = deploy_deployment(address, data_dir=data_dir, namespace=namespace, num_partitions=num_partitions,
                                     config=config, wait=wait, timeout_s=timeout_s, listeners=listeners,

@@ -72,7 +72,7 @@ def deploy(address: str = "auto", *, data_dir: str | os.PathLike, namespace: str
     (Kafka's ``advertised.listeners``; by default each node's IP); ``source="MODULE:ATTR"`` names the
     ``raygroups.Source`` they serve read-only (importable on every node), whose topics are registered."""
     data_dir, cfg = validate_deploy_args(address, data_dir, namespace, num_partitions, config, wait, timeout_s)
-    listener = _listener_spec(listeners, advertised_host, source)
+    listener = listener_spec(listeners, advertised_host, source)
     owns_ray = not ray.is_initialized()
     if owns_ray:
         ray.init(address=address, log_to_driver=False)
@@ -109,7 +109,9 @@ def deploy(address: str = "auto", *, data_dir: str | os.PathLike, namespace: str
     return cluster
 
 
-def _listener_spec(listeners: object, advertised_host: object, source: object) -> dict | None:
+def listener_spec(listeners: object, advertised_host: object, source: object) -> dict | None:
+    """``deploy``'s listener arguments checked before anything is touched: what the node listeners are made
+    of, or None for none; TypeError/ValueError naming the argument."""
     check_type("listeners", listeners, str, nullable=True)
     check_type("advertised_host", advertised_host, str, nullable=True)
     check_type("source", source, str, nullable=True)

@@ -51,6 +51,11 @@ def test_chaos_run_config_errors_exit_2_before_anything_starts(args, message):
     (("--data-dir", "/d", "--config", "no.such.property=1"), "unknown coordinator property 'no.such.property'"),
     (("--data-dir", "/d", "--config", "offsets.topic.replication.factor=1"),
      "min.insync.replicas (2) must not exceed offsets.topic.replication.factor (1)"),
+    (("--data-dir", "/d", "--listeners", "9092"), "a listener address must be HOST:PORT, got '9092'"),
+    (("--data-dir", "/d", "--listeners", "0.0.0.0:70000"), "the port of listener address '0.0.0.0:70000' must be"),
+    (("--data-dir", "/d", "--source", "tests.unit.test_cli:run"), "advertised_host and source need listeners"),
+    (("--data-dir", "/d", "--listeners", ":9092", "--source", "no_such_module_x:y"),
+     "cannot import the source module 'no_such_module_x'"),
 ])
 def test_bad_input_exits_1_with_one_sentence_and_touches_nothing(args, message, monkeypatch):
     import ray
@@ -110,3 +115,21 @@ def test_config_values_are_integers_or_kafkas_true_false():
     assert parse_config(("min.insync.replicas=2", "unclean.leader.election.enable=TRUE")) == {
         "min.insync.replicas": 2, "unclean.leader.election.enable": True}
     assert parse_config(("unclean.leader.election.enable = false",)) == {"unclean.leader.election.enable": False}
+
+
+@pytest.mark.parametrize(("args", "code", "message"), [
+    ((), 2, "Missing option '--listen'"),
+    (("--listen", "nope"), 2, "a listener address must be HOST:PORT, got 'nope'"),
+    (("--listen", "127.0.0.1:99999"), 2, "must be 0..65535"),
+    (("--listen", "127.0.0.1:0", "--source", "nocolon"), 1, "a source 'nocolon' must be MODULE:ATTR"),
+    (("--listen", "127.0.0.1:0", "--source", "os:getcwd"), 1, "os:getcwd is a str, not a raygroups.Source"),
+    (("--listen", "127.0.0.1:0", "--source", "os:open"), 1, "os:open() failed: TypeError"),
+])
+def test_gateway_command_refuses_bad_arguments_before_connecting(args, code, message, monkeypatch):
+    import ray
+
+    connections = []
+    monkeypatch.setattr(ray, "init", lambda *a, **k: connections.append((a, k)))
+    result = run("gateway", "--address", "198.18.0.254:6379", *args)
+    assert result.exit_code == code and message in result.output, result.output
+    assert connections == []
