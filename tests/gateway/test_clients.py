@@ -1,0 +1,222 @@
+"""Unmodified Kafka clients from PyPI (confluent-kafka on librdkafka, kafka-python, aiokafka) against one
+gateway in front of a local deployment: consumer groups join, split, rebalance and commit; admin clients
+list, describe, read, alter and delete; offsets agree with ``cluster.client()`` both ways; a producer is
+refused cleanly. Every test has its own group ids and topic, so the order of the tests does not matter."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+
+import pytest
+
+from raygroups import Errors
+from raygroups.sources import SyntheticSource
+
+pytestmark = [
+    pytest.mark.ray,
+    # kafka-python 3.0 loads its message schemas with importlib.resources' legacy calls.
+    pytest.mark.filterwarnings("ignore:(read|open)_text is deprecated:DeprecationWarning"),
+]
+
+RECORDS = 30  # records per partition of every source topic
+TOPICS = {"split": 4, "kpy": 2, "aio": 3, "cadmin": 2, "parity": 4, "refused": 1}
+CONFIG = {"group.initial.rebalance.delay.ms": 0, "group.min.session.timeout.ms": 10, "request.timeout.ms": 20_000}
+SESSION = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 300, "topic.metadata.refresh.interval.ms": 1000,
+           "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 500, "retry.backoff.ms": 50}
+QUIET = logging.getLogger("tests.gateway.librdkafka")
+QUIET.addHandler(logging.NullHandler())
+QUIET.propagate = False
+DEADLINE_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory):
+    """One deployment and one gateway for the module: ``(cluster, gateway)``."""
+    import raygroups
+    from raygroups import gateway
+
+    for name in ("kafka", "aiokafka"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    cluster = raygroups.start_local(num_partitions=4, data_dir=tmp_path_factory.mktemp("data"), config=CONFIG,
+                                    namespace=f"gw-{uuid.uuid4().hex[:8]}")
+    try:
+        gw = gateway.start(cluster, source=SyntheticSource(TOPICS, records_per_partition=RECORDS))
+        try:
+            yield cluster, gw
+        finally:
+            gw.stop()
+    finally:
+        cluster.shutdown()
+
+
+def _confluent(gw, **extra):
+    return {"bootstrap.servers": gw.bootstrap_servers, "logger": QUIET, "log_level": 0, **extra}
+
+
+def _consumer(gw, group_id, **extra):
+    from confluent_kafka import Consumer
+
+    return Consumer(_confluent(gw, **{"group.id": group_id, "auto.offset.reset": "earliest",
+                                      "enable.auto.commit": False, **SESSION, **extra}))
+
+
+def _committed(cluster, group_id, topic):
+    """{partition: committed offset} of ``group_id`` for ``topic``, read through the Python API."""
+    answer = cluster.client().fetch_offsets(group_id=group_id).result(30)
+    assert answer.error is Errors.NONE
+    return {p: o.offset for (t, p), o in answer.offsets.items() if t == topic}
+
+
+def _state(cluster, group_id):
+    described = cluster.client().describe_groups([group_id]).result(30)[0]
+    return described.group_state, len(described.members)
+
+
+def _poll_until(consumers, condition, what, on_message=None, timeout_s=DEADLINE_S):
+    """Poll every consumer in turn (each must keep polling to take part in a rebalance) until
+    ``condition()`` holds; every message goes to ``on_message(consumer, message)``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        for c in consumers:
+            m = c.poll(0.05)
+            if m is not None and not m.error() and on_message is not None:
+                on_message(c, m)
+
+
+def _partitions(consumer):
+    return {tp.partition for tp in consumer.assignment()}
+
+
+# --- 1. a confluent-kafka group of two -------------------------------------------------------------------
+def test_confluent_group_of_two_splits_then_one_takes_over(deployment):
+    from confluent_kafka import TopicPartition
+
+    cluster, gw = deployment
+    group = "confluent-two"
+    a, b = _consumer(gw, group), _consumer(gw, group)
+    try:
+        a.subscribe(["split"])
+        b.subscribe(["split"])
+        first: dict[int, int] = {}
+
+        def note(consumer, m):
+            first.setdefault(m.partition(), m.offset())
+
+        _poll_until([a, b], lambda: _partitions(a) and _partitions(b), "both members to be assigned")
+        assert _partitions(a).isdisjoint(_partitions(b))
+        assert _partitions(a) | _partitions(b) == {0, 1, 2, 3}
+        assert _state(cluster, group) == ("Stable", 2)
+        held_by_a = _partitions(a)
+
+        # b reads its partitions to the end and commits them; a commits offset 10 on its own.
+        ends: dict[int, int] = {}
+        _poll_until([a, b], lambda: all(ends.get(p) == RECORDS - 1 for p in _partitions(b)), "b to read its share",
+                    on_message=lambda c, m: ends.__setitem__(m.partition(), m.offset()) if c is b else None)
+        b.commit(asynchronous=False)
+        a.commit(offsets=[TopicPartition("split", p, 10) for p in held_by_a], asynchronous=False)
+        assert _committed(cluster, group, "split") == {p: RECORDS if p not in held_by_a else 10 for p in range(4)}
+
+        a.close()
+        first.clear()
+        _poll_until([b], lambda: _partitions(b) == {0, 1, 2, 3}, "b to take over every partition", on_message=note)
+        assert _state(cluster, group) == ("Stable", 1)
+        ends.clear()
+        _poll_until([b], lambda: all(ends.get(p) == RECORDS - 1 for p in held_by_a), "b to read a's share",
+                    on_message=lambda c, m: (note(c, m), ends.__setitem__(m.partition(), m.offset())))
+        assert {p: first[p] for p in held_by_a} == dict.fromkeys(held_by_a, 10)  # resumed where a committed
+        assert set(first) == held_by_a  # b's own partitions had nothing left past its commit
+        b.commit(asynchronous=False)
+        committed = b.committed([TopicPartition("split", p) for p in range(4)], timeout=30)
+        assert [(tp.partition, tp.offset) for tp in committed] == [(p, RECORDS) for p in range(4)]
+    finally:
+        a.close()
+        b.close()
+    assert _committed(cluster, group, "split") == dict.fromkeys(range(4), RECORDS)
+    assert _state(cluster, group) == ("Empty", 0)
+
+
+# --- 2. kafka-python: a consumer and its KafkaAdminClient --------------------------------------------------
+def _kafka_python_consumer(gw, group_id, topic):
+    from kafka import KafkaConsumer
+
+    return KafkaConsumer(topic, bootstrap_servers=gw.bootstrap_servers, group_id=group_id,
+                         auto_offset_reset="earliest", enable_auto_commit=False, session_timeout_ms=6000,
+                         heartbeat_interval_ms=300, retry_backoff_ms=50, metadata_max_age_ms=1000)
+
+
+def _read_to_end(poll, partitions, what):
+    """Poll (``poll()`` -> records) until every partition in ``partitions`` was read to its last record;
+    returns {partition: [offsets]}."""
+    seen: dict[int, list[int]] = {p: [] for p in partitions}
+    deadline = time.monotonic() + DEADLINE_S
+    while not all(seen[p] and seen[p][-1] == RECORDS - 1 for p in partitions):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {DEADLINE_S}s waiting for {what}; read {seen}")
+        for record in poll():
+            seen[record.partition].append(record.offset)
+    return seen
+
+
+def test_kafka_python_consumer_and_admin(deployment):
+    from kafka import KafkaAdminClient, TopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    cluster, gw = deployment
+    group, idle = "kpy-group", "kpy-idle"
+    consumer = _kafka_python_consumer(gw, group, "kpy")
+    admin = KafkaAdminClient(bootstrap_servers=gw.bootstrap_servers, retry_backoff_ms=50)
+    try:
+        def poll():
+            return [r for records in consumer.poll(timeout_ms=100).values() for r in records]
+
+        seen = _read_to_end(poll, (0, 1), "the kafka-python consumer to read both partitions")
+        assert seen == {p: list(range(RECORDS)) for p in (0, 1)}
+        consumer.commit()
+        assert _committed(cluster, group, "kpy") == {0: RECORDS, 1: RECORDS}
+        assert consumer.committed(TopicPartition("kpy", 1)) == RECORDS
+
+        # An empty group with offsets only, committed through the Python API.
+        assert cluster.client().commit_offsets(group_id=idle, offsets={("kpy", 0): (5, "")}).result(30).errors == {
+            ("kpy", 0): Errors.NONE}
+
+        listed = {g["group_id"]: g for g in admin.list_groups()}
+        assert listed[group]["protocol_type"] == "consumer" and listed[group]["group_state"] == "Stable"
+        assert listed[idle]["group_state"] == "Empty"
+        described = admin.describe_groups([group, idle])
+        assert described[group]["error"] is None and described[group]["group_state"] == "Stable"
+        assert described[group]["protocol_type"] == "consumer" and described[group]["protocol_data"] == "range"
+        [member] = described[group]["members"]
+        assert member["client_host"] == "/127.0.0.1" and member["member_metadata"]["topics"] == ["kpy"]
+        assert member["member_assignment"]["assigned_partitions"] == [{"topic": "kpy", "partitions": [0, 1]}]
+        assert described[idle]["group_state"] == "Empty" and described[idle]["members"] == []
+
+        offsets = admin.list_group_offsets([group, idle])
+        assert {tp: o.offset for tp, o in offsets[group].items()} == {
+            TopicPartition("kpy", 0): RECORDS, TopicPartition("kpy", 1): RECORDS}
+        assert {tp: o.offset for tp, o in offsets[idle].items()} == {TopicPartition("kpy", 0): 5}
+
+        assert admin.delete_groups([group, idle]) == {group: "NonEmptyGroupError", idle: "OK"}
+        assert _state(cluster, idle) == ("Dead", 0)
+        # An admin commit (no member) to a group with members is refused; OffsetDelete of a subscribed topic too.
+        altered = admin.alter_group_offsets(group, {TopicPartition("kpy", 0): OffsetAndMetadata(3, "", None)})
+        assert altered[TopicPartition("kpy", 0)].errno == Errors.UNKNOWN_MEMBER_ID
+        refused = admin.delete_group_offsets(group, [TopicPartition("kpy", 0)])
+        assert refused[TopicPartition("kpy", 0)].errno == Errors.GROUP_SUBSCRIBED_TO_TOPIC
+
+        consumer.close()
+        assert _state(cluster, group) == ("Empty", 0)
+        altered = admin.alter_group_offsets(group, {TopicPartition("kpy", 0): OffsetAndMetadata(3, "meta", None)})
+        assert altered[TopicPartition("kpy", 0)].errno == 0
+        deleted = admin.delete_group_offsets(group, [TopicPartition("kpy", 1)])
+        assert deleted[TopicPartition("kpy", 1)].errno == 0
+        after = admin.list_group_offsets(group)[group]
+        assert {tp: (o.offset, o.metadata) for tp, o in after.items()} == {TopicPartition("kpy", 0): (3, "meta")}
+        assert admin.delete_groups([group]) == {group: "OK"}
+        assert _committed(cluster, group, "kpy") == {}
+    finally:
+        consumer.close()
+        admin.close()
