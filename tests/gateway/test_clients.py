@@ -220,3 +220,39 @@ def test_kafka_python_consumer_and_admin(deployment):
     finally:
         consumer.close()
         admin.close()
+
+
+# --- 3. aiokafka (old versions: ApiVersions v0, FindCoordinator v1, OffsetCommit/Fetch v3, LeaveGroup v1) ------
+def test_aiokafka_consumer_joins_consumes_commits(deployment):
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    cluster, gw = deployment
+    group = "aio-group"
+
+    async def run():
+        consumer = AIOKafkaConsumer("aio", bootstrap_servers=gw.bootstrap_servers, group_id=group,
+                                    auto_offset_reset="earliest", enable_auto_commit=False, session_timeout_ms=6000,
+                                    heartbeat_interval_ms=300, retry_backoff_ms=50, metadata_max_age_ms=1000)
+        await consumer.start()
+        try:
+            seen: dict[int, list[int]] = {p: [] for p in range(3)}
+            deadline = time.monotonic() + DEADLINE_S
+            while not all(offsets and offsets[-1] == RECORDS - 1 for offsets in seen.values()):
+                assert time.monotonic() < deadline, f"aiokafka read {seen}"
+                for tp, records in (await consumer.getmany(timeout_ms=100)).items():
+                    seen[tp.partition] += [r.offset for r in records]
+                    assert all(r.value == SyntheticSource.value_of("aio", tp.partition, r.offset) for r in records)
+            assert consumer.assignment() == {TopicPartition("aio", p) for p in range(3)}
+            assert seen == {p: list(range(RECORDS)) for p in range(3)}
+            assert _state(cluster, group) == ("Stable", 1)
+            await consumer.commit({TopicPartition("aio", 0): 7, TopicPartition("aio", 1): RECORDS})
+            assert await consumer.committed(TopicPartition("aio", 0)) == 7
+            assert await consumer.committed(TopicPartition("aio", 2)) is None
+        finally:
+            await consumer.stop()
+
+    asyncio.run(run())
+    assert _committed(cluster, group, "aio") == {0: 7, 1: RECORDS}
+    assert _state(cluster, group) == ("Empty", 0)
