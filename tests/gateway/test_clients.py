@@ -256,3 +256,70 @@ def test_aiokafka_consumer_joins_consumes_commits(deployment):
     asyncio.run(run())
     assert _committed(cluster, group, "aio") == {0: 7, 1: RECORDS}
     assert _state(cluster, group) == ("Empty", 0)
+
+
+# --- 4. confluent's AdminClient ------------------------------------------------------------------------------
+def test_confluent_admin_client(deployment):
+    from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, KafkaError, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    cluster, gw = deployment
+    group, idle = "cadmin-group", "cadmin-idle"
+    admin = AdminClient(_confluent(gw))
+    consumer = _consumer(gw, group)
+    try:
+        consumer.subscribe(["cadmin"])
+        ends: dict[int, int] = {}
+        _poll_until([consumer], lambda: ends == {0: RECORDS - 1, 1: RECORDS - 1}, "the consumer to read cadmin",
+                    on_message=lambda c, m: ends.__setitem__(m.partition(), m.offset()))
+        consumer.commit(asynchronous=False)
+        assert cluster.client().commit_offsets(group_id=idle, offsets={("cadmin", 1): (4, "x")}).result(30).errors == {
+            ("cadmin", 1): Errors.NONE}
+
+        listed = {g.group_id: g for g in admin.list_consumer_groups(request_timeout=30).result(30).valid}
+        assert listed[group].state is ConsumerGroupState.STABLE and not listed[group].is_simple_consumer_group
+        assert listed[idle].state is ConsumerGroupState.EMPTY
+        stable = admin.list_consumer_groups(states={ConsumerGroupState.STABLE}).result(30).valid
+        assert group in {g.group_id for g in stable} and idle not in {g.group_id for g in stable}
+
+        described = {g: f.result(30) for g, f in admin.describe_consumer_groups([group, idle]).items()}
+        assert described[group].state is ConsumerGroupState.STABLE and described[group].partition_assignor == "range"
+        [member] = described[group].members
+        assert sorted((tp.topic, tp.partition) for tp in member.assignment.topic_partitions) == [
+            ("cadmin", 0), ("cadmin", 1)]
+        assert described[group].coordinator.host == gw.bootstrap_servers.split(":")[0]
+        assert described[idle].state is ConsumerGroupState.EMPTY and described[idle].members == []
+
+        def offsets(g, partitions=None):
+            request = ConsumerGroupTopicPartitions(g, partitions)
+            answer = admin.list_consumer_group_offsets([request])[g].result(30)
+            return {(tp.topic, tp.partition): tp.offset for tp in answer.topic_partitions}
+
+        assert offsets(group) == {("cadmin", 0): RECORDS, ("cadmin", 1): RECORDS}
+        assert offsets(idle, [TopicPartition("cadmin", 0), TopicPartition("cadmin", 1)]) == {
+            ("cadmin", 0): -1001, ("cadmin", 1): 4}  # -1001: librdkafka's OFFSET_INVALID, nothing committed
+
+        # Altering the offsets of a group with members is refused (Kafka: UNKNOWN_MEMBER_ID) ...
+        alter = ConsumerGroupTopicPartitions(group, [TopicPartition("cadmin", 0, 2)])
+        refused_alter = admin.alter_consumer_group_offsets([alter])[group].result(30)
+        assert [tp.error.code() for tp in refused_alter.topic_partitions] == [KafkaError.UNKNOWN_MEMBER_ID]
+        # ... and deleting it too.
+        with pytest.raises(Exception) as refused:
+            admin.delete_consumer_groups([group])[group].result(30)
+        assert refused.value.args[0].code() == KafkaError.NON_EMPTY_GROUP
+
+        consumer.close()
+        altered = admin.alter_consumer_group_offsets([alter])[group].result(30)
+        assert [(tp.topic, tp.partition, tp.offset, tp.error) for tp in altered.topic_partitions] == [
+            ("cadmin", 0, 2, None)]
+        assert offsets(group) == {("cadmin", 0): 2, ("cadmin", 1): RECORDS}
+        assert _committed(cluster, group, "cadmin") == {0: 2, 1: RECORDS}
+
+        deleted = admin.delete_consumer_groups([group, idle])
+        assert [deleted[g].result(30) for g in (group, idle)] == [None, None]
+        assert _state(cluster, group) == ("Dead", 0) and _committed(cluster, idle, "cadmin") == {}
+        with pytest.raises(Exception) as missing:
+            admin.delete_consumer_groups([group])[group].result(30)
+        assert missing.value.args[0].code() == KafkaError.GROUP_ID_NOT_FOUND
+    finally:
+        consumer.close()
