@@ -323,3 +323,39 @@ def test_confluent_admin_client(deployment):
         assert missing.value.args[0].code() == KafkaError.GROUP_ID_NOT_FOUND
     finally:
         consumer.close()
+
+
+# --- 5. offsets agree with the Python API, both ways -----------------------------------------------------------
+def test_offsets_parity_with_the_python_api(deployment):
+    from confluent_kafka import TopicPartition
+
+    cluster, gw = deployment
+    group, resumed = "parity-gateway", "parity-python"
+    # Committed through the gateway, read through cluster.client().
+    consumer = _consumer(gw, group)
+    try:
+        consumer.subscribe(["parity"])
+        _poll_until([consumer], lambda: _partitions(consumer) == {0, 1, 2, 3}, "the consumer to be assigned")
+        consumer.commit(offsets=[TopicPartition("parity", p, 3 * p + 1, "m" + str(p)) for p in range(4)],
+                        asynchronous=False)
+    finally:
+        consumer.close()
+    answer = cluster.client().fetch_offsets(group_id=group).result(30)
+    # confluent-kafka sends a TopicPartition's metadata with its C string's terminating NUL.
+    assert {tp: (o.offset, o.metadata, o.error) for tp, o in answer.offsets.items()} == {
+        ("parity", p): (3 * p + 1, f"m{p}\0", Errors.NONE) for p in range(4)}
+
+    # Committed through cluster.client(), a confluent consumer of that group resumes exactly there.
+    committed = cluster.client().commit_offsets(
+        group_id=resumed, offsets={("parity", p): (RECORDS - 5 * p - 2, "") for p in range(4)}).result(30)
+    assert set(committed.errors.values()) == {Errors.NONE}
+    consumer = _consumer(gw, resumed)
+    first: dict[int, int] = {}
+    try:
+        consumer.subscribe(["parity"])
+        _poll_until([consumer], lambda: len(first) == 4, "the consumer to read every partition",
+                    on_message=lambda c, m: first.setdefault(m.partition(), m.offset()))
+        assert consumer.committed([TopicPartition("parity", p) for p in range(4)], timeout=30)[3].offset == RECORDS - 17
+    finally:
+        consumer.close()
+    assert first == {p: RECORDS - 5 * p - 2 for p in range(4)}
