@@ -359,3 +359,42 @@ def test_offsets_parity_with_the_python_api(deployment):
     finally:
         consumer.close()
     assert first == {p: RECORDS - 5 * p - 2 for p in range(4)}
+
+
+# --- 6. a producer and CreateTopics refused cleanly --------------------------------------------------------------
+def test_producer_and_create_topics_are_refused_cleanly(deployment):
+    from confluent_kafka import KafkaError, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    cluster, gw = deployment
+    producer = Producer(_confluent(gw, **{"message.timeout.ms": 30_000, "linger.ms": 0}))
+    reports = []
+    producer.produce("refused", value=b"v", key=b"k", partition=0, on_delivery=lambda err, msg: reports.append(err))
+    producer.produce("refused", value=b"w", on_delivery=lambda err, msg: reports.append(err))
+    deadline = time.monotonic() + DEADLINE_S
+    while len(reports) < 2 and time.monotonic() < deadline:
+        producer.poll(0.05)
+    assert [e.code() if e else None for e in reports] == [KafkaError.TOPIC_AUTHORIZATION_FAILED] * 2
+    assert not reports[0].retriable()
+    assert producer.flush(10) == 0
+
+    admin = AdminClient(_confluent(gw))
+    future = admin.create_topics([NewTopic("new-topic", num_partitions=1, replication_factor=1)],
+                                 operation_timeout=10)["new-topic"]
+    with pytest.raises(Exception) as refused:
+        future.result(30)
+    assert refused.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert "new-topic" not in cluster.topics()
+
+    # Nothing broke: the source is unchanged and a consumer still reads and commits.
+    consumer = _consumer(gw, "refused-after")
+    offsets: list[int] = []
+    try:
+        consumer.assign([TopicPartition("refused", 0, 0)])
+        _poll_until([consumer], lambda: len(offsets) == RECORDS, "the consumer to read the whole partition",
+                    on_message=lambda c, m: offsets.append(m.offset()))
+        assert offsets == list(range(RECORDS))
+        consumer.commit(asynchronous=False)
+    finally:
+        consumer.close()
+    assert _committed(cluster, "refused-after", "refused") == {0: RECORDS}
