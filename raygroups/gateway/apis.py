@@ -170,9 +170,11 @@ async def offset_fetch(broker: Any, call: Call) -> dict:
             for g, (error, topics) in zip(r.groups, groups, strict=True))}
     error, topics = await _fetch_group(broker, r.group_id, r.topics, getattr(r, "require_stable", False))
     if call.version < 2 and error is not Errors.NONE:
-        # OffsetFetch v0-1 has no group error: Kafka puts it on every partition asked for.
-        topics = tuple({"name": t["name"], "partitions": tuple({**p, "error_code": error} for p in t["partitions"])}
-                       for t in topics)
+        # OffsetFetch v0-1 has no group error: Kafka's OffsetFetchRequest.getErrorResponse puts it on every
+        # partition asked for.
+        topics = tuple({"name": t.name, "partitions": tuple(
+            {"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
+             "error_code": error} for p in t.partition_indexes)} for t in r.topics)
     return {"throttle_time": 0, "topics": topics, "error_code": error}
 
 
@@ -184,10 +186,7 @@ async def _fetch_group(broker: Any, group_id: str, topics: Any, require_stable: 
         response = await _group_call(broker, OffsetFetchRequest(group_id, partitions, require_stable))
         error, offsets = response.error, response.offsets
     if error is not Errors.NONE:
-        # The partitions asked for, each with the group's error (what v0-1 shows; v2+ look at the group's).
-        no_offset = {"committed_offset": -1, "committed_leader_epoch": -1, "metadata": ""}
-        return error, _by_topic(dict.fromkeys(partitions or (), error),
-                                lambda p, e: {"partition_index": p, **no_offset, "error_code": Errors.NONE})
+        return error, ()  # Kafka answers a group error with no topics (v2+; v0-1 see offset_fetch)
     return Errors.NONE, _by_topic(offsets, lambda p, o: {
         "partition_index": p, "committed_offset": o.offset, "committed_leader_epoch": o.leader_epoch,
         "metadata": o.metadata, "error_code": o.error})
