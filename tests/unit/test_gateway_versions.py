@@ -5,7 +5,12 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import datetime
 import io
+import types
+import typing
+import uuid
 
 import pytest
 from kio.serial import entity_reader, entity_writer
@@ -46,7 +51,9 @@ def _send(broker, key: int, version: int, values: dict):
                                                     correlation_id=7, client_id="unit"))
     entity_writer(schema)(out, wire.to_entity(schema, values))
     frame = wire.decode_request(out.getvalue())
-    answer = asyncio.run(apis.API_TABLE[key].handler(broker, apis.Call(frame, "/127.0.0.1")))
+    answer = asyncio.run(_answer(broker, frame))
+    if answer is None:
+        return None
     encoded = wire.encode_response(key, version, 7, wire.response(key, version, answer))
     response_schema = wire.response_schema(key, version)
     header, header_size = entity_reader(response_schema.__header_schema__)(encoded, 4)  # (entity, bytes read)
@@ -54,6 +61,15 @@ def _send(broker, key: int, version: int, values: dict):
     body, body_size = entity_reader(response_schema)(encoded, 4 + header_size)
     assert 4 + header_size + body_size == len(encoded)
     return body
+
+
+async def _answer(broker, frame):
+    """The handler's answer; the coordinator's manual clock moves on while it waits (rebalance timers)."""
+    task = asyncio.ensure_future(apis.API_TABLE[frame.api_key].handler(broker, apis.Call(frame, "/127.0.0.1")))
+    while not task.done():
+        await asyncio.sleep(0)
+        broker.cluster.clock.advance(100)
+    return task.result()
 
 
 def _commit(coordinator, group_id, offsets):
@@ -102,3 +118,91 @@ def test_offset_fetch_v8_answers_each_group_on_its_own(coordinator):
     assert (a.group_id, a.error_code) == ("a", 0)
     assert [(t.name, p.partition_index, p.committed_offset) for t in a.topics for p in t.partitions] == [("t", 1, 9)]
     assert (b.group_id, b.error_code, b.topics) == (loading, Errors.COORDINATOR_LOAD_IN_PROGRESS, ())
+
+
+# --- LeaveGroup and JoinGroup: before and after their batch / known-member versions ---------------------------
+def _join(broker, version, group_id="g", member_id=""):
+    values = {"group_id": group_id, "session_timeout": 10_000, "rebalance_timeout": 10_000, "member_id": member_id,
+              "group_instance_id": None, "protocol_type": "consumer", "reason": None,
+              "protocols": ({"name": "range", "metadata": b"\0\0\0\0\0\0\0\0\0\0"},)}
+    return _send(broker, 11, version, values)
+
+
+def test_join_group_requires_a_known_member_id_from_v4_only(coordinator):
+    broker = _broker(coordinator)
+    joined = _join(broker, 3, "old")
+    assert joined.error_code == 0 and joined.generation_id == 1 and joined.leader == joined.member_id != ""
+    first = _join(broker, 4, "new")
+    assert first.error_code == Errors.MEMBER_ID_REQUIRED and first.member_id != ""
+    second = _join(broker, 4, "new", first.member_id)
+    assert (second.error_code, second.generation_id, second.member_id) == (0, 1, first.member_id)
+    assert [m.member_id for m in second.members] == [first.member_id]
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+def test_leave_group_v0_to_2_answers_its_one_member_at_the_top(coordinator, version):
+    broker = _broker(coordinator)
+    member = _join(broker, 3).member_id
+    stranger = _send(broker, 13, version, {"group_id": "g", "member_id": "someone-else"})
+    assert stranger.error_code == Errors.UNKNOWN_MEMBER_ID
+    left = _send(broker, 13, version, {"group_id": "g", "member_id": member})
+    assert left.error_code == 0
+    assert coordinator.describe_groups(["g"]).result()[0].group_state == "Empty"
+
+
+@pytest.mark.parametrize("version", [3, 4, 5])
+def test_leave_group_v3_plus_answers_each_member(coordinator, version):
+    broker = _broker(coordinator)
+    member = _join(broker, 3).member_id
+    left = _send(broker, 13, version, {"group_id": "g", "members": (
+        {"member_id": member, "group_instance_id": None, "reason": "done"},
+        {"member_id": "someone-else", "group_instance_id": None, "reason": None})})
+    assert left.error_code == 0
+    assert [(m.member_id, m.error_code) for m in left.members] == [(member, 0), ("someone-else", Errors.UNKNOWN_MEMBER_ID)]
+
+
+def test_leave_group_v0_names_not_coordinator_at_the_top(coordinator):
+    body = _send(_broker(coordinator, NotHere(BrokerAddress(0, "h", 1))), 13, 0, {"group_id": "g", "member_id": "m"})
+    assert body.error_code == Errors.NOT_COORDINATOR
+
+
+# --- FindCoordinator: one key (v0-3) and a batch of keys (v4+) ------------------------------------------------
+@pytest.mark.parametrize("version", [0, 1, 3])
+def test_find_coordinator_single_key(coordinator, version):
+    body = _send(_broker(coordinator), 10, version, {"key": "g", "key_type": 0})
+    assert (body.error_code, body.node_id, body.host, body.port) == (0, 0, "127.0.0.1", 9092)
+
+
+def test_find_coordinator_v4_answers_every_key(coordinator):
+    body = _send(_broker(coordinator), 10, 4, {"key_type": 0, "coordinator_keys": ("a", "b")})
+    assert [(c.key, c.error_code, c.node_id, c.port) for c in body.coordinators] == [("a", 0, 0, 9092), ("b", 0, 0, 9092)]
+    transactional = _send(_broker(coordinator), 10, 4, {"key_type": 1, "coordinator_keys": ("tx",)})
+    assert [(c.key, c.error_code) for c in transactional.coordinators] == [("tx", Errors.COORDINATOR_NOT_AVAILABLE)]
+
+
+# --- every served version of every API answers something its client can read --------------------------------
+def _blank(hint):
+    """The plainest value of a kio field type: null where nullable, empty, zero."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return None
+    if typing.get_origin(hint) is tuple:
+        return ()
+    if dataclasses.is_dataclass(hint):
+        hints = typing.get_type_hints(hint)
+        return {f.name: _blank(hints[f.name]) for f in dataclasses.fields(hint)}
+    for kind, value in ((bool, False), (datetime.timedelta, 0), (uuid.UUID, 0), (str, ""), (bytes, b""), (int, 0)):
+        if isinstance(hint, type) and issubclass(hint, kind):
+            return value
+    raise AssertionError(f"no blank value for {hint!r}")
+
+
+@pytest.mark.parametrize("key, version", [(api.key, v) for api in apis.API_TABLE.values()
+                                          for v in range(api.min_version, api.max_version + 1)])
+def test_every_served_version_answers_a_blank_request(coordinator, key, version):
+    """A request of that version with empty and zero fields decodes, is answered, and the answer encodes in
+    that version's schema and reads back (Produce with acks=0 is answered with nothing, as Kafka does)."""
+    body = _send(_broker(coordinator), key, version, _blank(wire.request_schema(key, version)))
+    if key == 0:
+        assert body is None
+    else:
+        assert type(body) is wire.response_schema(key, version)
