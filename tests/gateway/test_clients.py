@@ -21,7 +21,7 @@ pytestmark = [
 ]
 
 RECORDS = 30  # records per partition of every source topic
-TOPICS = {"split": 4, "kpy": 2, "aio": 3, "cadmin": 2, "parity": 4, "refused": 1}
+TOPICS = {"split": 4, "kpy": 2, "aio": 3, "cadmin": 2, "parity": 4, "refused": 1, "coop": 3, "fenced": 3}
 CONFIG = {"group.initial.rebalance.delay.ms": 0, "group.min.session.timeout.ms": 10, "request.timeout.ms": 20_000}
 SESSION = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 300, "topic.metadata.refresh.interval.ms": 1000,
            "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 500, "retry.backoff.ms": 50}
@@ -37,8 +37,10 @@ def deployment(tmp_path_factory):
     import raygroups
     from raygroups import gateway
 
-    for name in ("kafka", "aiokafka"):
-        logging.getLogger(name).setLevel(logging.CRITICAL)
+    loggers = [logging.getLogger(name) for name in ("kafka", "aiokafka")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:  # their connection errors and retries are theirs to handle, not news here
+        logger.setLevel(logging.CRITICAL)
     cluster = raygroups.start_local(num_partitions=4, data_dir=tmp_path_factory.mktemp("data"), config=CONFIG,
                                     namespace=f"gw-{uuid.uuid4().hex[:8]}")
     try:
@@ -49,6 +51,8 @@ def deployment(tmp_path_factory):
             gw.stop()
     finally:
         cluster.shutdown()
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
 
 
 def _confluent(gw, **extra):
@@ -398,3 +402,90 @@ def test_producer_and_create_topics_are_refused_cleanly(deployment):
     finally:
         consumer.close()
     assert _committed(cluster, "refused-after", "refused") == {0: RECORDS}
+
+
+# --- 7. librdkafka's incremental (cooperative-sticky) rebalance -------------------------------------------------
+def test_confluent_cooperative_sticky_moves_only_what_it_must(deployment):
+    cluster, gw = deployment
+    group = "coop-group"
+    revoked: dict[str, list[set[int]]] = {"a": [], "b": []}
+
+    def subscribe(consumer, name):
+        consumer.subscribe(["coop"], on_revoke=lambda c, ps: revoked[name].append({tp.partition for tp in ps}))
+
+    a = _consumer(gw, group, **{"partition.assignment.strategy": "cooperative-sticky"})
+    b = _consumer(gw, group, **{"partition.assignment.strategy": "cooperative-sticky"})
+    try:
+        subscribe(a, "a")
+        _poll_until([a], lambda: _partitions(a) == {0, 1, 2}, "a to hold every partition")
+        subscribe(b, "b")
+        _poll_until([a, b], lambda: _partitions(b) and _partitions(a) | _partitions(b) == {0, 1, 2},
+                    "the partitions to be shared")
+        assert _partitions(a).isdisjoint(_partitions(b)) and len(_partitions(a)) + len(_partitions(b)) == 3
+        # a gave up exactly what b took and kept the rest all along (KIP-429: no stop-the-world revocation).
+        assert [ps for ps in revoked["a"] if ps] == [_partitions(b)]
+        described = cluster.client().describe_groups([group]).result(30)[0]
+        assert (described.group_state, described.protocol_data, len(described.members)) == (
+            "Stable", "cooperative-sticky", 2)
+    finally:
+        a.close()
+        b.close()
+
+
+# --- 8. fenced members: removed by an admin, or committing for a generation that is gone ------------------------
+def test_fenced_members_rejoin(deployment):
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka import TopicPartition as AioPartition
+    from aiokafka.errors import CommitFailedError
+    from kafka import KafkaAdminClient
+    from kafka.admin import MemberToRemove
+
+    cluster, gw = deployment
+    # A confluent member removed with kafka-python's admin (LeaveGroup v3+, a batch of members) rejoins.
+    consumer = _consumer(gw, "fenced-removed")
+    admin = KafkaAdminClient(bootstrap_servers=gw.bootstrap_servers, retry_backoff_ms=50)
+    try:
+        consumer.subscribe(["fenced"])
+        _poll_until([consumer], lambda: _partitions(consumer) == {0, 1, 2}, "the member to be assigned")
+        [member] = cluster.client().describe_groups(["fenced-removed"]).result(30)[0].members
+        removed = admin.remove_group_members("fenced-removed", [MemberToRemove(member_id=member.member_id),
+                                                                MemberToRemove(member_id="nobody")])
+        assert {m: e.errno for m, e in removed.items()} == {member.member_id: 0, "nobody": Errors.UNKNOWN_MEMBER_ID}
+
+        def rejoined():
+            described = cluster.client().describe_groups(["fenced-removed"]).result(30)[0]
+            members = [m.member_id for m in described.members]
+            return described.group_state == "Stable" and len(members) == 1 and members != [member.member_id]
+
+        _poll_until([consumer], lambda: rejoined() and _partitions(consumer) == {0, 1, 2}, "the member to rejoin")
+    finally:
+        consumer.close()
+        admin.close()
+
+    # An aiokafka member whose generation is gone has its commit refused, then rejoins and commits.
+    async def run():
+        aio = AIOKafkaConsumer("fenced", bootstrap_servers=gw.bootstrap_servers, group_id="fenced-stale",
+                               auto_offset_reset="earliest", enable_auto_commit=False, session_timeout_ms=6000,
+                               heartbeat_interval_ms=300, retry_backoff_ms=50)
+        await aio.start()
+        try:
+            deadline = time.monotonic() + DEADLINE_S
+            while len(aio.assignment()) < 3:
+                assert time.monotonic() < deadline, "aiokafka was not assigned"
+                await aio.getmany(timeout_ms=100)
+            [member] = cluster.client().describe_groups(["fenced-stale"]).result(30)[0].members
+            left = cluster.client().leave_group(group_id="fenced-stale", members=[(member.member_id, None)]).result(30)
+            assert left.members[0].error is Errors.NONE
+            with pytest.raises(CommitFailedError):
+                await aio.commit({AioPartition("fenced", 0): 3})
+            while _state(cluster, "fenced-stale") != ("Stable", 1) or len(aio.assignment()) < 3:
+                assert time.monotonic() < deadline, "aiokafka did not rejoin"
+                await aio.getmany(timeout_ms=100)
+            await aio.commit({AioPartition("fenced", 0): 3})
+        finally:
+            await aio.stop()
+
+    asyncio.run(run())
+    assert _committed(cluster, "fenced-stale", "fenced") == {0: 3}
