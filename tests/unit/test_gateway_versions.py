@@ -206,3 +206,29 @@ def test_every_served_version_answers_a_blank_request(coordinator, key, version)
         assert body is None
     else:
         assert type(body) is wire.response_schema(key, version)
+
+
+# --- ListOffsets from a source -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("version", [1, 4, 8])
+def test_list_offsets_answers_bounds_and_times(coordinator, version):
+    from raygroups.sources import SyntheticSource
+
+    source = SyntheticSource({"s": 5}, records_per_partition=25)
+    broker = Broker(coordinator, source, SingleListener(BrokerAddress(0, "127.0.0.1", 9092)), "unit", 1 << 20)
+    now_ms = int(source.created_at * 1000)
+    wanted = ((0, -1), (1, -2), (2, now_ms - 60_000), (3, now_ms + 3_600_000), (4, 2**63 - 1), (5, -1))
+    body = _send(broker, 2, version, {"replica_id": -1, "isolation_level": 0, "topics": (
+        {"name": "s", "partitions": tuple({"partition_index": p, "current_leader_epoch": -1, "timestamp": t}
+                                          for p, t in wanted)},
+        {"name": "unknown", "partitions": ({"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1},)})})
+    answers = [(t.name, p.partition_index, p.error_code, p.offset, p.timestamp) for t in body.topics for p in t.partitions]
+    assert answers == [
+        ("s", 0, 0, 25, -1),  # latest: the high watermark
+        ("s", 1, 0, 0, -1),  # earliest: the log start offset
+        ("s", 2, 0, 0, now_ms - 60_000),  # before every record: the first one
+        ("s", 3, 0, -1, -1),  # after every record: Kafka's unknown offset and timestamp
+        ("s", 4, 0, -1, -1),
+        ("s", 5, Errors.UNKNOWN_TOPIC_OR_PARTITION, -1, -1),
+        ("unknown", 0, Errors.UNKNOWN_TOPIC_OR_PARTITION, -1, -1),
+    ]
+    broker.close()
