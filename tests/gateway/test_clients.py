@@ -386,7 +386,7 @@ def test_offsets_parity_with_the_python_api(deployment):
 
 # --- 6. a producer and CreateTopics refused cleanly --------------------------------------------------------------
 def test_producer_and_create_topics_are_refused_cleanly(deployment):
-    from confluent_kafka import KafkaError, Producer, TopicPartition
+    from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, KafkaError, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
 
     cluster, gw = deployment
@@ -412,11 +412,18 @@ def test_producer_and_create_topics_are_refused_cleanly(deployment):
     # Nothing broke: the source is unchanged and a consumer still reads and commits.
     consumer = _consumer(gw, "refused-after")
     offsets: list[int] = []
+    stamps: set[int] = set()
+
+    def note(c, m):
+        offsets.append(m.offset())
+        stamps.add(m.timestamp()[0])
+
     try:
         consumer.assign([TopicPartition("refused", 0, 0)])
         _poll_until([consumer], lambda: len(offsets) == RECORDS, "the consumer to read the whole partition",
-                    on_message=lambda c, m: offsets.append(m.offset()))
+                    on_message=note)
         assert offsets == list(range(RECORDS))
+        assert stamps == {TIMESTAMP_LOG_APPEND_TIME}  # a source's records are stamped when served
         consumer.commit(asynchronous=False)
     finally:
         consumer.close()

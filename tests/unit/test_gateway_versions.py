@@ -232,3 +232,35 @@ def test_list_offsets_answers_bounds_and_times(coordinator, version):
         ("unknown", 0, Errors.UNKNOWN_TOPIC_OR_PARTITION, -1, -1),
     ]
     broker.close()
+
+
+# --- Fetch from a source ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("version", [4, 11, 12])
+def test_fetch_serves_record_batches_from_a_source(coordinator, version):
+    from kio.records.readers import read_batch
+
+    from raygroups.gateway.records import LOG_APPEND_TIME
+    from raygroups.sources import SyntheticSource
+
+    source = SyntheticSource({"f": 4}, records_per_partition=10)
+    broker = Broker(coordinator, source, SingleListener(BrokerAddress(0, "127.0.0.1", 9092)), "unit", 1 << 20)
+    partition = {"current_leader_epoch": -1, "last_fetched_epoch": -1, "log_start_offset": -1,
+                 "partition_max_bytes": 1 << 20}
+    body = _send(broker, 1, version, {
+        "replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20, "isolation_level": 0,
+        "session_id": 0, "session_epoch": -1, "forgotten_topics_data": (), "rack_id": "",
+        "topics": ({"topic": "f", "partitions": tuple({**partition, "partition": p, "fetch_offset": o}
+                                                      for p, o in ((0, 3), (1, 10), (2, 11), (9, 0)))},)})
+    if version >= 7:  # KIP-227's fields; no fetch session is kept
+        assert (body.error_code, body.session_id) == (0, 0)
+    [topic] = body.responses
+    answers = {p.partition_index: p for p in topic.partitions}
+    assert {i: (p.error_code, p.high_watermark) for i, p in answers.items()} == {
+        0: (0, 10), 1: (0, 10), 2: (Errors.OFFSET_OUT_OF_RANGE, 10), 9: (Errors.UNKNOWN_TOPIC_OR_PARTITION, -1)}
+    assert not answers[1].records and not answers[2].records
+    batch, size = read_batch(answers[0].records, 0)  # its CRC-32C is checked as it is read
+    assert size == len(answers[0].records)
+    assert (batch.base_offset, batch.last_offset_delta, batch.attributes & LOG_APPEND_TIME) == (3, 6, LOG_APPEND_TIME)
+    assert [(r.offset, r.key, r.value) for r in batch.records] == [
+        (o, f"f-0-{o}".encode(), SyntheticSource.value_of("f", 0, o)) for o in range(3, 10)]
+    broker.close()
