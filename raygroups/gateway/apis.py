@@ -37,6 +37,23 @@ from raygroups.coordinator.requests import REQUESTS
 from raygroups.gateway.wire import Frame, ms
 
 NO_AUTHORIZED_OPERATIONS = -(2**31)  # Kafka's "not requested" value for authorized operations
+
+
+def _operations(*codes: int) -> int:
+    """Kafka's authorized-operations bit field (``Utils.to32BitField`` of ``AclOperation`` codes)."""
+    return sum(1 << code for code in codes)
+
+
+# What a client may do here, answered when it asks (KIP-430), as a broker's authorizer would: groups are
+# read, described and deleted; topics are read and described, never written or created; the cluster is
+# described. AclOperation codes: READ 3, DELETE 6, DESCRIBE 8.
+GROUP_OPERATIONS = _operations(3, 6, 8)
+TOPIC_OPERATIONS = _operations(3, 8)
+CLUSTER_OPERATIONS = _operations(8)
+
+
+def _if_asked(request: Any, field: str, operations: int) -> int:
+    return operations if getattr(request, field, False) else NO_AUTHORIZED_OPERATIONS
 READ_ONLY = ("raygroups serves its source's topics read-only: produce to the system the source reads, "
              "and register topics with the deployment")
 
@@ -214,6 +231,7 @@ async def list_groups(broker: Any, call: Call) -> dict:
 async def describe_groups(broker: Any, call: Call) -> dict:
     r = call.request
     mine = [g for g in r.groups if broker.serves_group(g)]
+    operations = _if_asked(r, "include_authorized_operations", GROUP_OPERATIONS)
     described = {d.group_id: d for d in (await _group_call(broker, DescribeGroupsRequest(tuple(mine))) if mine else [])}
     groups = []
     for group_id in r.groups:
@@ -226,7 +244,7 @@ async def describe_groups(broker: Any, call: Call) -> dict:
         groups.append({
             "error_code": d.error, "group_id": d.group_id, "group_state": d.group_state,
             "protocol_type": d.protocol_type, "protocol_data": d.protocol_data,
-            "authorized_operations": NO_AUTHORIZED_OPERATIONS,
+            "authorized_operations": operations,
             "members": tuple({"member_id": m.member_id, "group_instance_id": m.group_instance_id,
                               "client_id": m.client_id, "client_host": m.client_host,
                               "member_metadata": m.metadata, "member_assignment": m.assignment}
@@ -277,6 +295,7 @@ async def metadata(broker: Any, call: Call) -> dict:
     wanted = None if r.topics is None or (call.version == 0 and not r.topics) else [t.name for t in r.topics]
     names = sorted(topics) if wanted is None else wanted
     brokers = broker.brokers()
+    topic_operations = _if_asked(r, "include_topic_authorized_operations", TOPIC_OPERATIONS)
     entries = []
     for name in names:
         n = topics.get(name)
@@ -292,11 +311,11 @@ async def metadata(broker: Any, call: Call) -> dict:
                                "leader_epoch": 0, "replica_nodes": (leader,), "isr_nodes": (leader,),
                                "offline_replicas": ()})
         entries.append({"error_code": Errors.NONE, "name": name, "topic_id": 0, "is_internal": False,
-                        "partitions": tuple(partitions), "topic_authorized_operations": NO_AUTHORIZED_OPERATIONS})
+                        "partitions": tuple(partitions), "topic_authorized_operations": topic_operations})
     return {"throttle_time": 0, "brokers": tuple(
         {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": None} for b in brokers),
         "cluster_id": broker.cluster_id, "controller_id": broker.controller_id(), "topics": tuple(entries),
-        "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS}
+        "cluster_authorized_operations": _if_asked(r, "include_cluster_authorized_operations", CLUSTER_OPERATIONS)}
 
 
 async def describe_cluster(broker: Any, call: Call) -> dict:
@@ -305,7 +324,8 @@ async def describe_cluster(broker: Any, call: Call) -> dict:
             "controller_id": broker.controller_id(),
             "brokers": tuple({"broker_id": b.node_id, "host": b.host, "port": b.port, "rack": None}
                              for b in broker.brokers()),
-            "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS}
+            "cluster_authorized_operations": _if_asked(call.request, "include_cluster_authorized_operations",
+                                                       CLUSTER_OPERATIONS)}
 
 
 async def api_versions(broker: Any, call: Call) -> dict:

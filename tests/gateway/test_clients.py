@@ -210,6 +210,7 @@ def test_kafka_python_consumer_and_admin(deployment):
         assert listed[idle]["group_state"] == "Empty"
         described = admin.describe_groups([group, idle])
         assert described[group]["error"] is None and described[group]["group_state"] == "Stable"
+        assert sorted(described[group]["authorized_operations"]) == ["DELETE", "DESCRIBE", "READ"]
         assert described[group]["protocol_type"] == "consumer" and described[group]["protocol_data"] == "range"
         [member] = described[group]["members"]
         assert member["client_host"] == "/127.0.0.1" and member["member_metadata"]["topics"] == ["kpy"]
@@ -284,7 +285,7 @@ def test_aiokafka_consumer_joins_consumes_commits(deployment):
 # --- 4. confluent's AdminClient ------------------------------------------------------------------------------
 def test_confluent_admin_client(deployment):
     from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, KafkaError, TopicPartition
-    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.admin import AclOperation, AdminClient
 
     cluster, gw = deployment
     group, idle = "cadmin-group", "cadmin-idle"
@@ -305,7 +306,12 @@ def test_confluent_admin_client(deployment):
         stable = admin.list_consumer_groups(states={ConsumerGroupState.STABLE}).result(30).valid
         assert group in {g.group_id for g in stable} and idle not in {g.group_id for g in stable}
 
-        described = {g: f.result(30) for g, f in admin.describe_consumer_groups([group, idle]).items()}
+        described = {g: f.result(30) for g, f in admin.describe_consumer_groups(
+            [group, idle], include_authorized_operations=True).items()}
+        assert set(described[group].authorized_operations) == {AclOperation.READ, AclOperation.DESCRIBE,
+                                                                 AclOperation.DELETE}
+        assert admin.describe_cluster(include_authorized_operations=True).result(30).authorized_operations == [
+            AclOperation.DESCRIBE]
         assert described[group].state is ConsumerGroupState.STABLE and described[group].partition_assignor == "range"
         [member] = described[group].members
         assert sorted((tp.topic, tp.partition) for tp in member.assignment.topic_partitions) == [

@@ -264,3 +264,21 @@ def test_fetch_serves_record_batches_from_a_source(coordinator, version):
     assert [(r.offset, r.key, r.value) for r in batch.records] == [
         (o, f"f-0-{o}".encode(), SyntheticSource.value_of("f", 0, o)) for o in range(3, 10)]
     broker.close()
+
+
+# --- authorized operations (KIP-430): answered when asked ---------------------------------------------------------
+@pytest.mark.parametrize("asked", [False, True])
+def test_authorized_operations_only_when_asked(coordinator, asked):
+    broker = _broker(coordinator)
+    not_asked = apis.NO_AUTHORIZED_OPERATIONS
+    groups = _send(broker, 15, 5, {"groups": ("g",), "include_authorized_operations": asked}).groups
+    # READ 3, DELETE 6, DESCRIBE 8 for groups; READ and DESCRIBE for topics; DESCRIBE for the cluster.
+    assert [g.authorized_operations for g in groups] == [(1 << 3 | 1 << 6 | 1 << 8) if asked else not_asked]
+    coordinator.create_topic("m", 1)
+    metadata = _send(broker, 3, 10, {"topics": ({"name": "m", "topic_id": 0},), "allow_auto_topic_creation": False,
+                                     "include_cluster_authorized_operations": asked,
+                                     "include_topic_authorized_operations": asked})
+    assert [t.topic_authorized_operations for t in metadata.topics] == [(1 << 3 | 1 << 8) if asked else not_asked]
+    assert metadata.cluster_authorized_operations == (1 << 8 if asked else not_asked)
+    cluster = _send(broker, 60, 0, {"include_cluster_authorized_operations": asked})
+    assert cluster.cluster_authorized_operations == (1 << 8 if asked else not_asked)
