@@ -232,8 +232,12 @@ def test_kafka_python_consumer_and_admin(deployment):
 
         consumer.close()
         assert _state(cluster, group) == ("Empty", 0)
-        altered = admin.alter_group_offsets(group, {TopicPartition("kpy", 0): OffsetAndMetadata(3, "meta", None)})
-        assert altered[TopicPartition("kpy", 0)].errno == 0
+        altered = admin.alter_group_offsets(group, {TopicPartition("kpy", 0): OffsetAndMetadata(3, "meta", None),
+                                                    TopicPartition("kpy", 2): OffsetAndMetadata(1, "", None),
+                                                    TopicPartition("nowhere", 0): OffsetAndMetadata(1, "", None)})
+        assert {tp: e.errno for tp, e in altered.items()} == {
+            TopicPartition("kpy", 0): 0, TopicPartition("kpy", 2): Errors.UNKNOWN_TOPIC_OR_PARTITION,
+            TopicPartition("nowhere", 0): Errors.UNKNOWN_TOPIC_OR_PARTITION}
         deleted = admin.delete_group_offsets(group, [TopicPartition("kpy", 1)])
         assert deleted[TopicPartition("kpy", 1)].errno == 0
         after = admin.list_group_offsets(group)[group]
