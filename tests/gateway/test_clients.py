@@ -393,6 +393,17 @@ def test_offsets_parity_with_the_python_api(deployment):
         consumer.close()
     assert first == {p: RECORDS - 5 * p - 2 for p in range(4)}
 
+    # librdkafka's default, auto-commit, leaves what it consumed committed once it closes.
+    consumer = _consumer(gw, "parity-auto", **{"enable.auto.commit": True, "auto.commit.interval.ms": 200})
+    ends: dict[int, int] = {}
+    try:
+        consumer.subscribe(["parity"])
+        _poll_until([consumer], lambda: ends == dict.fromkeys(range(4), RECORDS - 1), "the consumer to read parity",
+                    on_message=lambda c, m: ends.__setitem__(m.partition(), m.offset()))
+    finally:
+        consumer.close()
+    assert _committed(cluster, "parity-auto", "parity") == dict.fromkeys(range(4), RECORDS)
+
 
 # --- 6. a producer and CreateTopics refused cleanly --------------------------------------------------------------
 def test_producer_and_create_topics_are_refused_cleanly(deployment):
