@@ -223,9 +223,10 @@ async def list_groups(broker: Any, call: Call) -> dict:
     r = call.request
     response = await _group_call(broker, ListGroupsRequest(
         tuple(getattr(r, "states_filter", ())), tuple(getattr(r, "types_filter", ()))))
+    # A broker lists the groups it coordinates; admin clients ask every broker and merge the answers.
     return {"throttle_time": 0, "error_code": response.error, "groups": tuple(
         {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.group_state,
-         "group_type": g.group_type} for g in response.groups)}
+         "group_type": g.group_type} for g in response.groups if broker.serves_group(g.group_id))}
 
 
 async def describe_groups(broker: Any, call: Call) -> dict:

@@ -31,6 +31,17 @@ class NotHere(SingleListener):
         return False
 
 
+class Serves(SingleListener):
+    """A listener that coordinates only some groups (the others' listeners coordinate the rest)."""
+
+    def __init__(self, groups):
+        super().__init__(BrokerAddress(0, "h", 1))
+        self.groups = set(groups)
+
+    def serves_group(self, group_id: str) -> bool:
+        return group_id in self.groups
+
+
 @pytest.fixture
 def coordinator():
     with InProcessCoordinator(num_partitions=2, config=CONFIG) as c:
@@ -282,3 +293,18 @@ def test_authorized_operations_only_when_asked(coordinator, asked):
     assert metadata.cluster_authorized_operations == (1 << 8 if asked else not_asked)
     cluster = _send(broker, 60, 0, {"include_cluster_authorized_operations": asked})
     assert cluster.cluster_authorized_operations == (1 << 8 if asked else not_asked)
+
+
+# --- a listener among several answers for its own groups only -------------------------------------------------
+def test_list_and_describe_groups_answer_for_the_listeners_own_groups(coordinator):
+    for group in ("mine", "theirs"):
+        _commit(coordinator, group, {("t", 0): (1, "")})
+    broker = _broker(coordinator, Serves({"mine"}))
+    for version in (0, 4, 5):
+        listed = _send(broker, 16, version, {"states_filter": (), "types_filter": ()})
+        assert [(g.group_id, g.protocol_type) for g in listed.groups] == [("mine", "")]
+    described = _send(broker, 15, 0, {"groups": ("mine", "theirs")}).groups
+    assert [(g.group_id, g.error_code, g.group_state) for g in described] == [
+        ("mine", 0, "Empty"), ("theirs", Errors.NOT_COORDINATOR, "")]
+    deleted = _send(broker, 42, 2, {"groups_names": ("theirs", "mine")}).results
+    assert [(d.group_id, d.error_code) for d in deleted] == [("theirs", Errors.NOT_COORDINATOR), ("mine", 0)]
