@@ -37,6 +37,23 @@ from raygroups.coordinator.requests import REQUESTS
 from raygroups.gateway.wire import Frame, ms
 
 NO_AUTHORIZED_OPERATIONS = -(2**31)  # Kafka's "not requested" value for authorized operations
+
+
+def _operations(*codes: int) -> int:
+    """Kafka's authorized-operations bit field (``Utils.to32BitField`` of ``AclOperation`` codes)."""
+    return sum(1 << code for code in codes)
+
+
+# What a client may do here, answered when it asks (KIP-430), as a broker's authorizer would: groups are
+# read, described and deleted; topics are read and described, never written or created; the cluster is
+# described. AclOperation codes: READ 3, DELETE 6, DESCRIBE 8.
+GROUP_OPERATIONS = _operations(3, 6, 8)
+TOPIC_OPERATIONS = _operations(3, 8)
+CLUSTER_OPERATIONS = _operations(8)
+
+
+def _if_asked(request: Any, field: str, operations: int) -> int:
+    return operations if getattr(request, field, False) else NO_AUTHORIZED_OPERATIONS
 READ_ONLY = ("raygroups serves its source's topics read-only: produce to the system the source reads, "
              "and register topics with the deployment")
 
@@ -170,9 +187,11 @@ async def offset_fetch(broker: Any, call: Call) -> dict:
             for g, (error, topics) in zip(r.groups, groups, strict=True))}
     error, topics = await _fetch_group(broker, r.group_id, r.topics, getattr(r, "require_stable", False))
     if call.version < 2 and error is not Errors.NONE:
-        # OffsetFetch v0-1 has no group error: Kafka puts it on every partition asked for.
-        topics = tuple({"name": t["name"], "partitions": tuple({**p, "error_code": error} for p in t["partitions"])}
-                       for t in topics)
+        # OffsetFetch v0-1 has no group error: Kafka's OffsetFetchRequest.getErrorResponse puts it on every
+        # partition asked for.
+        topics = tuple({"name": t.name, "partitions": tuple(
+            {"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
+             "error_code": error} for p in t.partition_indexes)} for t in r.topics)
     return {"throttle_time": 0, "topics": topics, "error_code": error}
 
 
@@ -184,10 +203,7 @@ async def _fetch_group(broker: Any, group_id: str, topics: Any, require_stable: 
         response = await _group_call(broker, OffsetFetchRequest(group_id, partitions, require_stable))
         error, offsets = response.error, response.offsets
     if error is not Errors.NONE:
-        # The partitions asked for, each with the group's error (what v0-1 shows; v2+ look at the group's).
-        no_offset = {"committed_offset": -1, "committed_leader_epoch": -1, "metadata": ""}
-        return error, _by_topic(dict.fromkeys(partitions or (), error),
-                                lambda p, e: {"partition_index": p, **no_offset, "error_code": Errors.NONE})
+        return error, ()  # Kafka answers a group error with no topics (v2+; v0-1 see offset_fetch)
     return Errors.NONE, _by_topic(offsets, lambda p, o: {
         "partition_index": p, "committed_offset": o.offset, "committed_leader_epoch": o.leader_epoch,
         "metadata": o.metadata, "error_code": o.error})
@@ -207,14 +223,16 @@ async def list_groups(broker: Any, call: Call) -> dict:
     r = call.request
     response = await _group_call(broker, ListGroupsRequest(
         tuple(getattr(r, "states_filter", ())), tuple(getattr(r, "types_filter", ()))))
+    # A broker lists the groups it coordinates; admin clients ask every broker and merge the answers.
     return {"throttle_time": 0, "error_code": response.error, "groups": tuple(
         {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.group_state,
-         "group_type": g.group_type} for g in response.groups)}
+         "group_type": g.group_type} for g in response.groups if broker.serves_group(g.group_id))}
 
 
 async def describe_groups(broker: Any, call: Call) -> dict:
     r = call.request
     mine = [g for g in r.groups if broker.serves_group(g)]
+    operations = _if_asked(r, "include_authorized_operations", GROUP_OPERATIONS)
     described = {d.group_id: d for d in (await _group_call(broker, DescribeGroupsRequest(tuple(mine))) if mine else [])}
     groups = []
     for group_id in r.groups:
@@ -227,7 +245,7 @@ async def describe_groups(broker: Any, call: Call) -> dict:
         groups.append({
             "error_code": d.error, "group_id": d.group_id, "group_state": d.group_state,
             "protocol_type": d.protocol_type, "protocol_data": d.protocol_data,
-            "authorized_operations": NO_AUTHORIZED_OPERATIONS,
+            "authorized_operations": operations,
             "members": tuple({"member_id": m.member_id, "group_instance_id": m.group_instance_id,
                               "client_id": m.client_id, "client_host": m.client_host,
                               "member_metadata": m.metadata, "member_assignment": m.assignment}
@@ -278,6 +296,7 @@ async def metadata(broker: Any, call: Call) -> dict:
     wanted = None if r.topics is None or (call.version == 0 and not r.topics) else [t.name for t in r.topics]
     names = sorted(topics) if wanted is None else wanted
     brokers = broker.brokers()
+    topic_operations = _if_asked(r, "include_topic_authorized_operations", TOPIC_OPERATIONS)
     entries = []
     for name in names:
         n = topics.get(name)
@@ -293,11 +312,11 @@ async def metadata(broker: Any, call: Call) -> dict:
                                "leader_epoch": 0, "replica_nodes": (leader,), "isr_nodes": (leader,),
                                "offline_replicas": ()})
         entries.append({"error_code": Errors.NONE, "name": name, "topic_id": 0, "is_internal": False,
-                        "partitions": tuple(partitions), "topic_authorized_operations": NO_AUTHORIZED_OPERATIONS})
+                        "partitions": tuple(partitions), "topic_authorized_operations": topic_operations})
     return {"throttle_time": 0, "brokers": tuple(
         {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": None} for b in brokers),
         "cluster_id": broker.cluster_id, "controller_id": broker.controller_id(), "topics": tuple(entries),
-        "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS}
+        "cluster_authorized_operations": _if_asked(r, "include_cluster_authorized_operations", CLUSTER_OPERATIONS)}
 
 
 async def describe_cluster(broker: Any, call: Call) -> dict:
@@ -306,7 +325,8 @@ async def describe_cluster(broker: Any, call: Call) -> dict:
             "controller_id": broker.controller_id(),
             "brokers": tuple({"broker_id": b.node_id, "host": b.host, "port": b.port, "rack": None}
                              for b in broker.brokers()),
-            "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS}
+            "cluster_authorized_operations": _if_asked(call.request, "include_cluster_authorized_operations",
+                                                       CLUSTER_OPERATIONS)}
 
 
 async def api_versions(broker: Any, call: Call) -> dict:

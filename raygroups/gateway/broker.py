@@ -24,6 +24,7 @@ LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
+MAX_SOURCE_TIMESTAMP = 2**62  # the latest time a source is asked about (Source.offset_for_time's range)
 
 TOPICS_TTL_S = 1.0  # how long the deployment's topic registry is cached between Metadata requests
 MAX_RECORDS_PER_PARTITION_FETCH = 20_000
@@ -104,9 +105,13 @@ class Broker:
                 continue
             else:
                 for_time = getattr(self.source, "offset_for_time", None)
-                found = None if for_time is None or topic not in self._source_topics else for_time(
-                    topic, partition, timestamp)
-                offset = -1 if found is None else found
+                found = None if (for_time is None or topic not in self._source_topics
+                                 or timestamp > MAX_SOURCE_TIMESTAMP) else for_time(topic, partition, timestamp)
+                if found is None:
+                    # Kafka's UNKNOWN_OFFSET and UNKNOWN_TIMESTAMP: no record at or after that time.
+                    answers.append({"error_code": Errors.NONE, "timestamp": -1, "offset": -1})
+                    continue
+                offset = found
             answers.append({"error_code": Errors.NONE, "timestamp": -1 if timestamp < 0 else timestamp,
                             "offset": offset})
         return answers

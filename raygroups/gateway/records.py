@@ -15,6 +15,7 @@ from raygroups.sources import SourceRecord
 # varint lengths and the header count (at most ~20 bytes); used to cut a fetch to its byte budget.
 RECORD_OVERHEAD_BYTES = 20
 BATCH_OVERHEAD_BYTES = 61  # a RecordBatch v2 header
+LOG_APPEND_TIME = 0x08  # a batch's timestamp type bit (Kafka's RecordBatch.TIMESTAMP_TYPE_MASK): LogAppendTime
 
 
 def record_size(record: SourceRecord) -> int:
@@ -27,7 +28,7 @@ def encode_batch(records: list[SourceRecord], timestamp_ms: int) -> bytes:
     when = datetime.datetime.fromtimestamp(timestamp_ms / 1000, tz=datetime.UTC)
     buffer = io.BytesIO()
     write_new_batch(buffer, NewRecordBatch(
-        producer_id=-1, producer_epoch=-1, base_sequence=-1, attributes=0,
+        producer_id=-1, producer_epoch=-1, base_sequence=-1, attributes=LOG_APPEND_TIME,
         records=tuple(Record(attributes=0, timestamp=when, offset=r.offset, key=r.key, value=r.value, headers=())
                       for r in records),
     ))
