@@ -319,9 +319,21 @@ async def metadata(broker: Any, call: Call) -> dict:
         "cluster_authorized_operations": _if_asked(r, "include_cluster_authorized_operations", CLUSTER_OPERATIONS)}
 
 
+BROKER_ENDPOINTS, CONTROLLER_ENDPOINTS = 1, 2  # DescribeCluster's endpoint types (KIP-919)
+
+
 async def describe_cluster(broker: Any, call: Call) -> dict:
+    # AuthHelper.computeDescribeClusterResponse: a broker lists brokers; asked for controllers, it answers
+    # MISMATCHED_ENDPOINT_TYPE, asked for anything else UNSUPPORTED_ENDPOINT_TYPE.
+    endpoint_type = getattr(call.request, "endpoint_type", BROKER_ENDPOINTS)
+    if endpoint_type != BROKER_ENDPOINTS:
+        error = (Errors.MISMATCHED_ENDPOINT_TYPE if endpoint_type == CONTROLLER_ENDPOINTS
+                 else Errors.UNSUPPORTED_ENDPOINT_TYPE)
+        return {"throttle_time": 0, "error_code": error, "error_message": f"this is a broker, not endpoint type "
+                f"{endpoint_type}", "endpoint_type": BROKER_ENDPOINTS, "cluster_id": broker.cluster_id,
+                "controller_id": -1, "brokers": (), "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS}
     return {"throttle_time": 0, "error_code": Errors.NONE, "error_message": None,
-            "endpoint_type": getattr(call.request, "endpoint_type", 1), "cluster_id": broker.cluster_id,
+            "endpoint_type": BROKER_ENDPOINTS, "cluster_id": broker.cluster_id,
             "controller_id": broker.controller_id(),
             "brokers": tuple({"broker_id": b.node_id, "host": b.host, "port": b.port, "rack": None}
                              for b in broker.brokers()),

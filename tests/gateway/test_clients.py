@@ -538,3 +538,40 @@ def test_fenced_members_rejoin(deployment):
 
     asyncio.run(run())
     assert _committed(cluster, "fenced-stale", "fenced") == {0: 3}
+
+
+def test_the_gateway_command_serves_a_deployment_until_sigterm(deployment):
+    """``raygroups gateway --listen 127.0.0.1:0 --address A --namespace NS`` in a process of its own, as an
+    operator starts it: a Kafka admin client lists the deployment's groups through it, and SIGTERM stops it
+    with exit 0 (after Ray's own SIGTERM handler was installed by connecting)."""
+    import re
+    import signal
+    import subprocess
+    import sys
+
+    import ray
+    from confluent_kafka.admin import AdminClient
+
+    cluster, _ = deployment
+    group = f"cli-{uuid.uuid4().hex[:6]}"
+    committed = cluster.client().commit_offsets(group_id=group, offsets={("split", 0): (7, "")}).result(30)
+    assert committed.errors == {("split", 0): Errors.NONE}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "raygroups", "gateway", "--listen", "127.0.0.1:0",
+         "--address", ray.get_runtime_context().gcs_address, "--namespace", cluster.namespace],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()  # the command prints where it serves once it does
+        found = re.search(r"serving Kafka clients at (\S+) ", line)
+        assert found, (line, proc.poll())
+        admin = AdminClient({"bootstrap.servers": found.group(1), "logger": QUIET, "log_level": 0})
+        listed = admin.list_consumer_groups().result(timeout=DEADLINE_S)
+        assert group in {g.group_id for g in listed.valid}
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+        out, err = proc.communicate(timeout=10)
+        assert "stopped" in out and "Traceback" not in err, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)

@@ -308,3 +308,15 @@ def test_list_and_describe_groups_answer_for_the_listeners_own_groups(coordinato
         ("mine", 0, "Empty"), ("theirs", Errors.NOT_COORDINATOR, "")]
     deleted = _send(broker, 42, 2, {"groups_names": ("theirs", "mine")}).results
     assert [(d.group_id, d.error_code) for d in deleted] == [("theirs", Errors.NOT_COORDINATOR), ("mine", 0)]
+
+
+@pytest.mark.parametrize(("endpoint_type", "error"), [
+    (1, Errors.NONE), (2, Errors.MISMATCHED_ENDPOINT_TYPE), (7, Errors.UNSUPPORTED_ENDPOINT_TYPE)])
+def test_describe_cluster_lists_brokers_and_refuses_other_endpoint_types(coordinator, endpoint_type, error):
+    # AuthHelper.computeDescribeClusterResponse (KIP-919): a broker answers for endpoint type 1 only.
+    body = _send(_broker(coordinator), 60, 1, {"include_cluster_authorized_operations": False,
+                                               "endpoint_type": endpoint_type})
+    assert body.error_code == error and body.endpoint_type == 1
+    assert [(b.broker_id, b.host, b.port) for b in body.brokers] == ([(0, "127.0.0.1", 9092)] if error is Errors.NONE
+                                                                     else [])
+    assert (body.error_message is None) == (error is Errors.NONE)
