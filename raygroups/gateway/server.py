@@ -13,12 +13,16 @@ version is answered UNSUPPORTED_VERSION in a v0 body (KIP-511) and the connectio
 
 Memory per connection is bounded whatever the client does. Read-ahead: at most ``max_in_flight_requests``
 frames read and not yet answered, of at most ``max_request_bytes`` bytes together (one frame is always let
-through), plus the stream's own buffer (64 KiB, after which the socket is no longer read). Answers: the
+through), plus the stream's own buffer (asyncio stops reading the socket beyond 128 KiB). Answers: the
 next request is answered only once the previous answer has gone to the socket, so a client that stops
-reading holds at most one answer (plus the transport's 64 KiB high-water mark), and after
-``connections_max_idle_ms`` without progress its connection is closed. Connections beyond
-``max_connections`` are closed at once, and a connection with nothing in flight that sends nothing for
-``connections_max_idle_ms`` is closed (Kafka's ``connections.max.idle.ms``).
+reading holds at most one answer (plus the transport's 64 KiB high-water mark); after
+``connections_max_idle_ms`` without the client taking it, its connection is closed.
+
+Connections: beyond ``max_connections`` a new one is closed at once. One with nothing in flight that
+sends nothing for ``connections_max_idle_ms`` is closed (Kafka's ``connections.max.idle.ms``); one that
+waits for its answer (a parked JoinGroup) is not idle. A client that closes its side ends its connection
+at once, whatever its requests are waiting for, and their answers are dropped (as Kafka drops answers to
+a closed channel): a client cannot hold a slot after it has gone.
 """
 
 from __future__ import annotations
@@ -153,6 +157,10 @@ class Listener:
         conn = _Connection(reader, writer, self.limits)
         self._connections[task] = conn
         read_ahead = asyncio.create_task(self._read_frames(conn))
+        # When reading ends (the client closed, or the gateway will not read on), the connection ends at
+        # once, whatever it is waiting for: a parked JoinGroup or a long Fetch holds no slot after its
+        # client has gone (Kafka drops the answers to a closed channel).
+        read_ahead.add_done_callback(lambda _: None if conn.reason == "" else task.cancel())
         idle_s = self.limits.connections_max_idle_ms / 1000.0
         try:
             while True:
@@ -162,22 +170,28 @@ class Listener:
                 try:
                     out = await self._answer(frame, conn.client_host)
                 except _Close as why:
-                    self._count_close(str(why))
+                    conn.end(str(why))
                     break
                 if out:
                     if writer.is_closing():
-                        self._count_close("closed by the client")
+                        conn.end("closed by the client")
                         break
                     writer.write(out)
-                    await asyncio.wait_for(writer.drain(), idle_s)
+                    async with asyncio.timeout(idle_s):
+                        await writer.drain()
                 conn.answered(len(frame))
         except TimeoutError:
-            self._count_close("answer not read for connections_max_idle_ms")
+            conn.end("answer not read for connections_max_idle_ms")
         except ConnectionError:
-            self._count_close("closed by the client")
+            conn.end("closed by the client")
         except asyncio.CancelledError:
-            pass
+            conn.end("gateway stopped")
+        except Exception:
+            log.exception("a connection from %s failed; closing it", conn.client_host)
+            conn.end("internal error")
         finally:
+            self._count_close(conn.reason or "closed")
+            conn.reason = ""  # from here on, the end of reading cancels nothing
             read_ahead.cancel()
             with contextlib.suppress(BaseException):
                 await read_ahead
@@ -185,31 +199,35 @@ class Listener:
             del self._connections[task]
 
     async def _read_frames(self, conn: _Connection) -> None:
-        """Read frames into the connection's queue while its read-ahead allows; None ends the queue."""
+        """Read frames into the connection's queue while its read-ahead allows; returns (ending the
+        connection) when the client closes or the gateway will not read on."""
         idle_s = self.limits.connections_max_idle_ms / 1000.0
         in_frame = False
         try:
             while True:
                 head = await self._read_header(conn)
                 if head is None:
-                    break
+                    conn.end("idle")
+                    return
                 (size,) = _SIZE.unpack(head)
                 if not MIN_FRAME_BYTES <= size <= self.limits.max_request_bytes:
                     # Kafka's InvalidReceiveException: closed before a byte of the body is read.
-                    self._count_close("frame size outside [8, max_request_bytes]")
-                    break
+                    conn.end("frame size outside [8, max_request_bytes]")
+                    return
                 in_frame = True
                 await conn.reserve(size)
-                frame = await asyncio.wait_for(conn.reader.readexactly(size), idle_s)
+                async with asyncio.timeout(idle_s):
+                    frame = await conn.reader.readexactly(size)
                 in_frame = False
                 conn.active()
                 conn.queue.put_nowait(frame)
         except (asyncio.IncompleteReadError, TimeoutError) as e:
-            if in_frame or (isinstance(e, asyncio.IncompleteReadError) and e.partial):
-                self._count_close("truncated frame")
+            partial = isinstance(e, asyncio.IncompleteReadError) and e.partial
+            conn.end("truncated frame" if in_frame or partial else "closed by the client")
         except ConnectionError:
-            pass
-        conn.queue.put_nowait(None)
+            conn.end("closed by the client")
+        finally:
+            conn.queue.put_nowait(None)  # also ends the queue, should the cancellation be lost
 
     async def _read_header(self, conn: _Connection) -> bytes | None:
         """The next frame's size bytes, or None once the connection has been idle (nothing read or
@@ -218,10 +236,10 @@ class Listener:
         while True:
             wait_s = idle_s if conn.frames else conn.last_active + idle_s - time.monotonic()
             if wait_s <= 0:
-                self._count_close("idle")
                 return None
             with contextlib.suppress(TimeoutError):
-                head = await asyncio.wait_for(conn.reader.readexactly(4), wait_s)
+                async with asyncio.timeout(wait_s):
+                    head = await conn.reader.readexactly(4)
                 conn.active()
                 return head
 
@@ -271,11 +289,17 @@ class _Connection:
         self.client_host = "/" + (str(peer[0]) if peer else "unknown")
         self.max_frames = limits.max_in_flight_requests
         self.max_bytes = limits.max_request_bytes
-        self.queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self.queue: asyncio.Queue[bytes | None] = asyncio.Queue()  # None: reading has ended
+        self.reason: str | None = None  # why it ended, once it has; "" while it is being closed
         self.frames = 0
         self.bytes = 0
         self.last_active = time.monotonic()
         self._room = asyncio.Event()
+
+    def end(self, reason: str) -> None:
+        """Record why the connection ends (the first reason wins)."""
+        if self.reason is None:
+            self.reason = reason
 
     def active(self) -> None:
         self.last_active = time.monotonic()
