@@ -39,6 +39,7 @@ from raygroups.coordinator.errors import Errors
 from raygroups.coordinator.messages import check_int
 from raygroups.gateway import wire
 from raygroups.gateway.apis import API_TABLE, API_VERSIONS_KEY, Call, api_versions_body
+from raygroups.gateway.frame_check import check_request
 
 log = logging.getLogger("raygroups.gateway")
 
@@ -260,6 +261,7 @@ class Listener:
                 return wire.encode_response(API_VERSIONS_KEY, 0, correlation_id, body)
             raise _Close("unsupported version")
         try:
+            check_request(frame, api_key, api_version)  # before kio allocates what a count claims
             decoded = wire.decode_request(frame)
         except Exception as e:  # noqa: BLE001 - whatever the decoder raises, the frame is Kafka's malformed
             log.debug("closing a connection from %s: %s", client_host, e)
