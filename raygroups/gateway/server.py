@@ -28,6 +28,7 @@ a closed channel): a client cannot hold a slot after it has gone.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import struct
@@ -83,6 +84,7 @@ class Listener:
         self._connections: dict[asyncio.Task, _Connection] = {}
         self._thread = threading.Thread(target=self.loop.run_forever, name="raygroups-gateway", daemon=True)
         self._stop_lock = threading.Lock()
+        self._closing = False
         self.requests: dict[str, int] = {}
         self.closed_connections: dict[str, int] = {}
         self._loop_cpu_s = 0.0  # the loop thread's CPU time, as last read on it
@@ -118,6 +120,7 @@ class Listener:
 
     async def _close(self) -> None:
         self._loop_cpu_s = time.thread_time()
+        self._closing = True  # a connection accepted meanwhile closes as it starts
         if self._server is not None:
             self._server.close()
         for task in list(self._connections):
@@ -125,6 +128,7 @@ class Listener:
         await asyncio.gather(*self._connections, return_exceptions=True)
         if self._server is not None:
             await self._server.wait_closed()
+        await asyncio.sleep(0)  # the transports' own closing callbacks
 
     def stats(self) -> dict:
         """Requests served by API name, connections open, connections closed by reason, what the open
@@ -141,17 +145,20 @@ class Listener:
                     "read_ahead_bytes": sum(c.bytes for c in conns),
                     "unsent_bytes": sum(c.unsent_bytes() for c in conns),
                     "loop_cpu_s": self._loop_cpu_s}
-        if self.loop.is_closed() or not self._thread.is_alive():
-            return read()
-
         async def on_loop() -> dict:
             return read()
-        return asyncio.run_coroutine_threadsafe(on_loop(), self.loop).result(timeout=10)
+        try:
+            if not self.loop.is_closed() and self._thread.is_alive():
+                return asyncio.run_coroutine_threadsafe(on_loop(), self.loop).result(timeout=10)
+        except (RuntimeError, concurrent.futures.TimeoutError):
+            if self._thread.is_alive():
+                raise
+        return read()  # stopped (or stopping): nothing runs on the loop any more
 
     # --- one connection ----------------------------------------------------------------------------
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if len(self._connections) >= self.limits.max_connections:
-            self._count_close("max_connections")
+        if self._closing or len(self._connections) >= self.limits.max_connections:
+            self._count_close("gateway stopped" if self._closing else "max_connections")
             writer.close()
             return
         task = asyncio.current_task()
