@@ -51,7 +51,9 @@ MIN_FRAME_BYTES = 8  # api key, api version and correlation id
 @dataclass(frozen=True)
 class GatewayLimits:
     """The listener's limits, named after Kafka's broker settings. Each bounds what one client can make
-    the gateway hold: a frame, its read-ahead, its connections, its idle time, one Fetch answer."""
+    the gateway hold: a frame, its read-ahead, its connections, its idle time, one Fetch answer. Nothing
+    bounds the sum over all connections (as Kafka's ``queued.max.request.bytes``, unbounded by default):
+    at worst about ``max_connections`` x (``max_request_bytes`` + ``fetch_max_bytes``)."""
 
     max_request_bytes: int = 104_857_600  # socket.request.max.bytes: the largest frame accepted
     max_connections: int = 1_000  # max.connections (Kafka's is unbounded by default)
