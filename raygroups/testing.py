@@ -14,10 +14,11 @@ It also plays the part of a deployment for client code: ``client()`` returns its
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
 from raygroups.actors.member_ids import new_member_id
@@ -198,7 +199,12 @@ class InProcessCoordinator(GroupApi):
     @locked
     def _submit(self, request: Any, validated: bool = False) -> Future:
         future: Future = Future()
-        dispatch(self._runtime, request, future.set_result, validated)
+
+        def settle(response: Any) -> None:
+            with contextlib.suppress(InvalidStateError):  # its caller cancelled it meanwhile (as the Ray client)
+                future.set_result(response)
+
+        dispatch(self._runtime, request, settle, validated)
         return future
 
     # ------------------------------------------------------------------------------------------
