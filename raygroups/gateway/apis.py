@@ -58,6 +58,10 @@ READ_ONLY = ("raygroups serves its source's topics read-only: produce to the sys
              "and register topics with the deployment")
 
 
+class CloseConnection(Exception):
+    """A handler's answer that is no answer: close the connection (the message is the reason)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Call:
     """A request in its context: the decoded frame and who sent it."""
@@ -165,15 +169,20 @@ async def offset_commit(broker: Any, call: Call) -> dict:
         for p in t.partitions:
             offsets[(t.name, p.partition_index)] = (
                 p.committed_offset, p.committed_metadata, getattr(p, "committed_leader_epoch", -1))
+    # No topic has a negative partition: Kafka's broker answers those UNKNOWN_TOPIC_OR_PARTITION before the
+    # coordinator sees the request (KafkaApis.handleOffsetCommitRequest), and commits the others.
+    errors = {tp: Errors.UNKNOWN_TOPIC_OR_PARTITION for tp in offsets if tp[1] < 0}
+    valid = {tp: v for tp, v in offsets.items() if tp not in errors}
     if not broker.serves_group(r.group_id):
-        errors = dict.fromkeys(offsets, Errors.NOT_COORDINATOR)
-    else:
+        errors.update(dict.fromkeys(valid, Errors.NOT_COORDINATOR))
+    elif valid:
         retention = getattr(r, "retention_time", None)
         response = await _group_call(broker, OffsetCommitRequest(
-            r.group_id, offsets, r.generation_id_or_member_epoch, r.member_id,
+            r.group_id, valid, r.generation_id_or_member_epoch, r.member_id,
             getattr(r, "group_instance_id", None), -1 if retention is None else ms(retention),
         ))
-        errors = response.errors
+        errors.update(response.errors)
+    errors = {tp: errors[tp] for tp in offsets}
     return {"throttle_time": 0, "topics": _by_topic(errors, lambda p, e: {"partition_index": p, "error_code": e})}
 
 
@@ -374,7 +383,9 @@ async def fetch(broker: Any, call: Call) -> dict:
 async def produce(broker: Any, call: Call) -> dict | None:
     r = call.request
     if r.acks == 0:
-        return None  # Kafka sends nothing back to a producer with acks=0
+        # A producer with acks=0 reads no answer: Kafka closes its connection on an error instead, so that
+        # it notices (KafkaApis.handleProduceRequest).
+        raise CloseConnection("produce refused (acks=0)")
     return {"throttle_time": 0, "responses": tuple(
         {"name": t.name, "partition_responses": tuple(
             {"index": p.index, "error_code": Errors.TOPIC_AUTHORIZATION_FAILED, "base_offset": -1,

@@ -39,8 +39,7 @@ from dataclasses import dataclass
 from raygroups.coordinator.errors import Errors
 from raygroups.coordinator.messages import check_int
 from raygroups.gateway import wire
-from raygroups.gateway.apis import API_TABLE, API_VERSIONS_KEY, Call, api_versions_body
-from raygroups.gateway.frame_check import check_request
+from raygroups.gateway.apis import API_TABLE, API_VERSIONS_KEY, Call, CloseConnection, api_versions_body
 
 log = logging.getLogger("raygroups.gateway")
 
@@ -270,7 +269,6 @@ class Listener:
                 return wire.encode_response(API_VERSIONS_KEY, 0, correlation_id, body)
             raise _Close("unsupported version")
         try:
-            check_request(frame, api_key, api_version)  # before kio allocates what a count claims
             decoded = wire.decode_request(frame)
         except Exception as e:  # noqa: BLE001 - whatever the decoder raises, the frame is Kafka's malformed
             log.debug("closing a connection from %s: %s", client_host, e)
@@ -283,6 +281,8 @@ class Listener:
                                         wire.response(api_key, api_version, answer))
         except asyncio.CancelledError:
             raise
+        except CloseConnection as why:
+            raise _Close(str(why)) from None
         except Exception:
             log.exception("%s v%d from %s failed; closing the connection", api.name, api_version, client_host)
             raise _Close("handler failed") from None

@@ -26,7 +26,7 @@ from typing import Any
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
-from kio.serial.errors import BufferUnderflow
+from kio.serial.errors import BufferUnderflow, DecodeError
 
 _HEAD = struct.Struct(">hhi")  # api key, api version, correlation id: the same in every header version
 _SIZE = struct.Struct(">i")
@@ -76,13 +76,16 @@ def _writer(entity_type: type):
 def decode_request(frame: bytes) -> Frame:
     """Parse a whole request frame whose API key and version the caller knows are served."""
     api_key, api_version, correlation_id = peek_header(frame)
+    from raygroups.gateway.frame_check import check_request  # it reads this module's schemas
+
     schema = request_schema(api_key, api_version)
     try:
+        check_request(frame, api_key, api_version)  # before kio allocates what a count claims
         header, size = _reader(schema.__header_schema__)(frame, 0)
         request, _ = _reader(schema)(frame, size)
     except BufferUnderflow:
         raise MalformedRequest(f"api key {api_key} v{api_version}: the frame ends inside the request") from None
-    except (ValueError, TypeError, OverflowError, UnicodeDecodeError) as e:
+    except (DecodeError, ValueError, TypeError, OverflowError, UnicodeDecodeError) as e:
         raise MalformedRequest(f"api key {api_key} v{api_version}: {e}") from None
     return Frame(api_key, api_version, correlation_id, header.client_id, request)
 

@@ -273,10 +273,9 @@ def test_offset_commit_with_a_negative_partition_commits_nothing(world):
     sock = world.connect()
     answer = ask(sock, offset_commit_v8(GROUP, -1, 99, ""))
     [[partition]] = [t.partitions for t in answer.topics]
-    # Kafka: UNKNOWN_TOPIC_OR_PARTITION (not in its metadata); the request registry's validation refuses
-    # the partition index first, with INVALID_REQUEST.
+    # Kafka's broker: UNKNOWN_TOPIC_OR_PARTITION (no topic has it), before the coordinator sees it.
     assert partition.partition_index == -1
-    assert partition.error_code in (Errors.UNKNOWN_TOPIC_OR_PARTITION, Errors.INVALID_REQUEST)
+    assert partition.error_code == Errors.UNKNOWN_TOPIC_OR_PARTITION
     world.assert_unharmed()
 
 
