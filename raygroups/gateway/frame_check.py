@@ -17,8 +17,6 @@ import typing
 from collections.abc import Callable
 from functools import cache
 
-from raygroups.gateway.wire import MalformedRequest, request_schema
-
 # (buffer, position, end) -> the position after the field; raises MalformedRequest.
 Step = Callable[[bytes, int, int], int]
 
@@ -27,10 +25,13 @@ _FIXED = {"bool": 1, "int8": 1, "int16": 2, "uint16": 2, "int32": 4, "uint32": 4
 _MAX_VARINT_BYTES = 5  # Kafka's ByteUtils.readUnsignedVarint: an int in at most five bytes
 
 
-def check_request(frame: bytes, api_key: int, api_version: int) -> None:
+class MalformedRequest(ValueError):
+    """A frame that does not parse against its schema: Kafka closes the connection."""
+
+
+def check_request(frame: bytes, schema: type) -> None:
     """Raise ``MalformedRequest`` unless every length and count in ``frame`` (a request frame without
-    its size prefix, of an API and version kio has) fits in the frame."""
-    schema = request_schema(api_key, api_version)
+    its size prefix, of the kio request class ``schema``) fits in the frame."""
     if not _has_arrays(schema):
         return  # kio checks a string's or bytes' length against the frame itself; only counts are at risk
     end = len(frame)

@@ -28,13 +28,11 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import BufferUnderflow, DecodeError
 
+from raygroups.gateway.frame_check import MalformedRequest, check_request
+
 _HEAD = struct.Struct(">hhi")  # api key, api version, correlation id: the same in every header version
 _SIZE = struct.Struct(">i")
 _MS = datetime.timedelta(milliseconds=1)
-
-
-class MalformedRequest(ValueError):
-    """A frame that does not parse against its schema: Kafka closes the connection."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -76,11 +74,9 @@ def _writer(entity_type: type):
 def decode_request(frame: bytes) -> Frame:
     """Parse a whole request frame whose API key and version the caller knows are served."""
     api_key, api_version, correlation_id = peek_header(frame)
-    from raygroups.gateway.frame_check import check_request  # it reads this module's schemas
-
     schema = request_schema(api_key, api_version)
     try:
-        check_request(frame, api_key, api_version)  # before kio allocates what a count claims
+        check_request(frame, schema)  # before kio allocates what a count claims
         header, size = _reader(schema.__header_schema__)(frame, 0)
         request, _ = _reader(schema)(frame, size)
     except BufferUnderflow:

@@ -149,7 +149,7 @@ def test_the_length_check_accepts_every_served_request_exactly():
         for version in range(api.min_version, api.max_version + 1):
             schema = load_request_schema(api.key, version)
             frame = encode(sample(schema), 3)[4:]
-            check_request(frame, api.key, version)
+            check_request(frame, schema)
             after_header = _entity(schema.__header_schema__)(frame, 0, len(frame))
             assert _entity(schema)(frame, after_header, len(frame)) == len(frame), (api.name, version)
 
