@@ -275,7 +275,31 @@ class Cluster:
             topics[name] = partitions
             write_topics_file(self.data_dir, topics, version + 1)
             write_topics(topics, version + 1, self.namespace)
-        ray.get([self.shard(p).set_topics.remote(topics) for p in range(self.num_partitions)], timeout=60)
+        self._push_topics(topics)
+
+    def _push_topics(self, topics: dict[str, int], timeout_s: float = 60) -> None:
+        """Hand the registered topics to every partition's shard. A shard replaced meanwhile (a leadership
+        move, a failover) is asked again under its name: its successor read the registry when it started,
+        but may have read it just before this registration."""
+        deadline = time.monotonic() + timeout_s
+        pending = set(range(self.num_partitions))
+        while pending:
+            refs = {}
+            for p in sorted(pending):
+                try:
+                    refs[p] = self.shard(p).set_topics.remote(topics)
+                except ValueError:  # between two actors under its name: asked again below
+                    continue
+            for p, ref in refs.items():
+                try:
+                    ray.get(ref, timeout=max(0.1, deadline - time.monotonic()))
+                    pending.discard(p)
+                except ray.exceptions.RayActorError:
+                    pass
+            if pending and time.monotonic() > deadline:
+                raise TimeoutError(f"partitions {sorted(pending)} did not take the new topics in {timeout_s:g} s")
+            if pending:
+                time.sleep(0.2)
 
     def topics(self) -> dict[str, int]:
         return read_topics(self.namespace)
