@@ -1,0 +1,627 @@
+"""The Kafka wire-protocol gateway (``raygroups.gateway``) under librdkafka clients (confluent-kafka), each
+figure next to its baseline measured in the same run, on the same deployment, through the same client
+(the gateway forwards to ``cluster.client()``, the very client the baselines call):
+
+* commits/s: ``--committers`` confluent consumers of one group, each committing its own partition
+  synchronously in a loop from its own thread (``commit(offsets=..., asynchronous=False)``), against as
+  many members of a group joined through ``cluster.client()`` committing their partitions from as many
+  threads (``commit_offsets(...).result()``); and the same at one committer;
+* heartbeats/s: ``--heartbeaters`` confluent consumers of one group with ``heartbeat.interval.ms`` 1, so
+  that each member sends its next heartbeat as soon as librdkafka lets it (one in flight per member),
+  against as many members heartbeating through ``cluster.client()`` from as many threads on the same rule
+  (the next heartbeat once the previous one is answered and the interval has passed);
+* the gateway's own CPU per request in those windows: the listener's event loop thread
+  (``gw.stats()["loop_cpu_s"]``) over the requests it served. It excludes the Ray client's thread (which
+  the baseline spends too, shown beside it), the source's thread pool (Fetch reads and encodes there) and
+  librdkafka's threads;
+* rebalance of ``--members`` confluent consumers, first ``subscribe()`` -> every member holding its
+  assignment (``on_assign``) of one stable generation, against as many ``raygroups.Consumer`` s with the
+  same session and heartbeat settings, and against the protocol floor (``GroupApi`` join and sync only,
+  ``bench/coalescing.py``'s ``join_members``);
+* fetch: one confluent consumer reading a ``SyntheticSource`` topic to its end, MB/s of key + value bytes,
+  next to the gateway's own steps on the same records in this process: the source's ``read`` and
+  ``raygroups.gateway.records.encode_batch`` (the raw encode rate), in the chunks a fetch encodes.
+
+Writes ``bench/results/gateway.json``. Run: ``.venv/bin/python bench/gateway.py [--quick] [--note TEXT]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import resource
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import confluent_kafka  # noqa: E402
+import ray  # noqa: E402
+from confluent_kafka import Consumer as KafkaConsumer  # noqa: E402
+from confluent_kafka import KafkaException, TopicPartition  # noqa: E402
+
+from bench.coalescing import join_members  # noqa: E402
+from bench.log_bench import machine  # noqa: E402
+from raygroups import Consumer, ConsumerRebalanceListener, Errors  # noqa: E402
+from raygroups import gateway as raygroups_gateway  # noqa: E402
+from raygroups.chaos.run import quiet_output  # noqa: E402
+from raygroups.deployment.start import start_local  # noqa: E402
+from raygroups.gateway.broker import MAX_RECORDS_PER_PARTITION_FETCH  # noqa: E402
+from raygroups.gateway.records import BATCH_OVERHEAD_BYTES, encode_batch, record_size  # noqa: E402
+from raygroups.sources import SyntheticSource  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+CONFIG = {"group.initial.rebalance.delay.ms": 0, "group.min.session.timeout.ms": 10}
+SESSION_MS = 45_000  # both clients' default session.timeout.ms (KIP-735)
+HEARTBEAT_MS = 3_000  # both clients' default heartbeat.interval.ms
+PARTITION_FETCH_BYTES = 1_048_576  # librdkafka's max.partition.fetch.bytes
+CLIENT_THREAD = "raygroups-client"  # the Ray client's loop thread (raygroups.client.ray_client)
+SOURCE_THREADS = "raygroups-gateway-source"  # the gateway's thread pool for its source (Fetch, ListOffsets)
+WARMUP_S = 1.0
+out = sys.stdout  # the terminal (Ray's and the clients' own output go to a log file)
+
+
+def say(text: str) -> None:
+    print(text, file=out, flush=True)
+
+
+# --- what a window cost ------------------------------------------------------------------------------
+def thread_cpu_s(prefix: str) -> float | None:
+    """CPU seconds used so far by this process's live threads whose names start with ``prefix`` (Linux
+    ``/proc``); None when there is none or no ``/proc``."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total, found = 0.0, False
+    for t in threading.enumerate():
+        if not t.name.startswith(prefix) or not t.native_id:
+            continue
+        try:
+            with open(f"/proc/self/task/{t.native_id}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+        found = True
+    return total if found else None
+
+
+def process_cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+class Window:
+    """Counters at the start and the end of a measurement window: the gateway's (when given), the Ray
+    client thread's CPU, this process's CPU."""
+
+    def __init__(self, gw=None) -> None:
+        self.gw = gw
+
+    def _snap(self) -> dict:
+        return {"t": time.perf_counter(), "gw": self.gw.stats() if self.gw else None,
+                "client_cpu_s": thread_cpu_s(CLIENT_THREAD), "source_cpu_s": thread_cpu_s(SOURCE_THREADS),
+                "process_cpu_s": process_cpu_s()}
+
+    def __enter__(self) -> Window:
+        self.start = self._snap()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.end = self._snap()
+
+    @property
+    def seconds(self) -> float:
+        return self.end["t"] - self.start["t"]
+
+    def cpu_s(self, key: str) -> float | None:
+        """CPU seconds spent in the window by ``client`` (the Ray client's thread), ``source`` (the
+        gateway's source pool: a thread started in the window counts from 0), ``process``, ``loop``."""
+        if key == "loop":
+            return self.end["gw"]["loop_cpu_s"] - self.start["gw"]["loop_cpu_s"]
+        a, b = self.start[f"{key}_cpu_s"], self.end[f"{key}_cpu_s"]
+        return None if b is None else b - (a or 0.0)
+
+    def requests(self, api: str | None = None) -> int:
+        a, b = self.start["gw"]["requests"], self.end["gw"]["requests"]
+        if api is not None:
+            return b.get(api, 0) - a.get(api, 0)
+        return sum(b.values()) - sum(a.values())
+
+    def costs(self, operations: int) -> dict:
+        """CPU microseconds per operation (``operations`` done in the window) and, with a gateway, per
+        request it served, with the requests by API."""
+        def us(delta: float | None, n: int) -> float | None:
+            return None if delta is None or n <= 0 else round(1e6 * delta / n, 1)
+
+        row = {"ray_client_thread_cpu_us_per_op": us(self.cpu_s("client"), operations),
+               "process_cpu_us_per_op": us(self.cpu_s("process"), operations)}
+        if self.gw is not None:
+            loop = self.cpu_s("loop")
+            a, b = self.start["gw"]["requests"], self.end["gw"]["requests"]
+            row.update({
+                "gateway_requests": self.requests(),
+                "gateway_requests_by_api": {k: b[k] - a.get(k, 0) for k in sorted(b) if b[k] - a.get(k, 0)},
+                "gateway_loop_cpu_us_per_request": us(loop, self.requests()),
+                "gateway_loop_busy": round(loop / self.seconds, 3),
+            })
+        return row
+
+
+# --- librdkafka members ------------------------------------------------------------------------------
+def kafka_consumer(gw, group_id: str, **conf) -> KafkaConsumer:
+    return KafkaConsumer({"bootstrap.servers": gw.bootstrap_servers, "group.id": group_id, "log_level": 0,
+                          "enable.auto.commit": False, "auto.offset.reset": "earliest", **conf})
+
+
+class KafkaGroup:
+    """``n`` confluent consumers of ``group_id`` subscribed to ``topic``, one thread each polling, until
+    ``work`` (when given) takes over the thread. Assigned partitions are paused (no Fetch load: the
+    benchmark is about the group APIs). ``events[i]``: member i's last rebalance callback and when."""
+
+    def __init__(self, gw, group_id: str, topic: str, n: int, work=None, **conf) -> None:
+        self.group_id = group_id
+        self.consumers = [kafka_consumer(gw, group_id, **conf) for _ in range(n)]
+        self.topic = topic
+        self.assigned: list[list[int] | None] = [None] * n
+        self.events: list[tuple[str, float] | None] = [None] * n
+        self.history: list[tuple[str, float]] = []  # every callback
+        self.errors: dict[str, int] = {}
+        self.go = threading.Event()
+        self._subscribe = threading.Event()
+        self.stop = threading.Event()
+        self.counts = [0] * n
+        self._work = work
+        self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(n)]
+        for t in self._threads:
+            t.start()
+
+    def subscribe(self) -> None:
+        """Every member subscribes, in its own thread (confluent-kafka serializes calls on a consumer: one
+        made from another thread while the member polls may wait long)."""
+        self._subscribe.set()
+
+    def _on_assign(self, i: int):
+        def cb(consumer, partitions) -> None:
+            consumer.assign(partitions)
+            consumer.pause(partitions)
+            self.assigned[i] = [p.partition for p in partitions]
+            self._record(i, "assign")
+        return cb
+
+    def _record(self, i: int, kind: str) -> None:
+        self.events[i] = (kind, time.perf_counter())
+        self.history.append(self.events[i])
+        if kind == "revoke":
+            self.assigned[i] = None
+
+    def _run(self, i: int) -> None:
+        c = self.consumers[i]
+        while not self._subscribe.wait(0.1):
+            if self.stop.is_set():
+                return
+        c.subscribe([self.topic], on_assign=self._on_assign(i), on_revoke=lambda _c, _p: self._record(i, "revoke"))
+        while not self.stop.is_set() and not (self._work and self.go.is_set()):
+            c.poll(0.05)
+        if self._work and not self.stop.is_set():
+            self._work(self, i, c)
+
+    def error(self, what: str) -> None:
+        self.errors[what] = self.errors.get(what, 0) + 1
+
+    def all_assigned(self) -> bool:
+        return all(e is not None and e[0] == "assign" for e in self.events)
+
+    def close(self) -> None:
+        self.stop.set()
+        for t in self._threads:
+            t.join(timeout=30)
+        closers = [threading.Thread(target=c.close, daemon=True) for c in self.consumers]
+        for t in closers:
+            t.start()
+        for t in closers:
+            t.join(timeout=60)
+
+
+def wait_stable(cluster, group_id: str, n: int, ready=lambda: True, timeout_s: float = 180.0) -> None:
+    """Until the group is Stable with ``n`` members and ``ready()``."""
+    client = cluster.client()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        d = client.describe_groups([group_id]).result(timeout=30)[0]
+        if d.group_state == "Stable" and len(d.members) == n and ready():
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"group {group_id} not stable with {n} members after {timeout_s} s: "
+                               f"{d.group_state}, {len(d.members)} members")
+        time.sleep(0.05)
+
+
+def measure_counts(counts: list[int], seconds: float) -> tuple[int, float]:
+    """Operations counted in ``counts`` during a window of ``seconds`` after a warm-up."""
+    time.sleep(WARMUP_S)
+    before, t = sum(counts), time.perf_counter()
+    time.sleep(seconds)
+    return sum(counts) - before, time.perf_counter() - t
+
+
+# --- commits -----------------------------------------------------------------------------------------
+def kafka_commits(gw, cluster, n: int, seconds: float) -> dict:
+    def work(group: KafkaGroup, i: int, consumer) -> None:
+        partition = group.assigned[i][0]
+        k = 0
+        while not group.stop.is_set():
+            k += 1
+            try:
+                consumer.commit(offsets=[TopicPartition("commits", partition, k)], asynchronous=False)
+                group.counts[i] += 1
+            except KafkaException as e:
+                group.error(e.args[0].name())
+
+    group = KafkaGroup(gw, f"commits-kafka-{n}", "commits", n, work, **{"session.timeout.ms": SESSION_MS})
+    try:
+        group.subscribe()
+        wait_stable(cluster, group.group_id, n, lambda: group.all_assigned() and all(group.assigned))
+        group.go.set()
+        with Window(gw) as w:
+            done, elapsed = measure_counts(group.counts, seconds)
+    finally:
+        group.close()
+    return {"commits_per_s": round(done / elapsed, 1), "errors": group.errors, **w.costs(done)}
+
+
+def api_members(cluster, group_id: str, n: int, seconds: float, call, interval_ms: int = 0) -> tuple[float, dict]:
+    """``n`` members of ``group_id`` joined through ``cluster.client()``, each calling ``call(client,
+    generation, member_id, i, k)`` (its k-th call; the error name, or None) from its own thread, the next
+    call when the last is answered and ``interval_ms`` has passed since it was made: (calls/s, costs)."""
+    client = cluster.client()
+    generation, ids, _ = join_members(client, group_id, n)
+    counts, errors, stop = [0] * n, {}, threading.Event()
+
+    def work(i: int) -> None:
+        k = 0
+        while not stop.is_set():
+            k += 1
+            sent = time.perf_counter()
+            error = call(client, generation, ids[i], i, k)
+            if error is None:
+                counts[i] += 1
+            else:
+                errors[error] = errors.get(error, 0) + 1
+            time.sleep(max(0.0, sent + interval_ms / 1000 - time.perf_counter()))
+
+    threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(n)]
+    for t in threads:
+        t.start()
+    try:
+        with Window() as w:
+            done, elapsed = measure_counts(counts, seconds)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=60)
+    return round(done / elapsed, 1), {"errors": errors, **w.costs(done)}
+
+
+def api_commits(cluster, n: int, seconds: float) -> dict:
+    group_id = f"commits-api-{n}"
+
+    def commit(client, generation, member_id, i, k) -> str | None:
+        r = client.commit_offsets(group_id=group_id, offsets={("commits", i): (k, "")}, generation_id=generation,
+                                  member_id=member_id).result(timeout=60)
+        e = r.errors[("commits", i)]
+        return None if e is Errors.NONE else e.name
+
+    rate, costs = api_members(cluster, group_id, n, seconds, commit)
+    return {"commits_per_s": rate, **costs}
+
+
+def bench_commits(gw, cluster, clients: list[int], seconds: float) -> list[dict]:
+    rows = []
+    for n in clients:
+        api = api_commits(cluster, n, seconds)
+        kafka = kafka_commits(gw, cluster, n, seconds)
+        rows.append({"clients": n, "kafka_via_gateway": kafka, "cluster_client": api,
+                     "kafka_vs_client": round(kafka["commits_per_s"] / api["commits_per_s"], 3)})
+        say(f"commits/s, {n:>3} committer(s): librdkafka via the gateway {kafka['commits_per_s']:>8,.1f}  "
+            f"cluster.client() {api['commits_per_s']:>8,.1f}  ratio {rows[-1]['kafka_vs_client']}  "
+            f"gateway loop {kafka['gateway_loop_cpu_us_per_request']} us/request")
+    return rows
+
+
+# --- heartbeats --------------------------------------------------------------------------------------
+def kafka_heartbeats(gw, cluster, n: int, interval_ms: int, seconds: float) -> dict:
+    group = KafkaGroup(gw, "heartbeats-kafka", "heartbeats", n,
+                       **{"session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": interval_ms})
+    try:
+        group.subscribe()
+        wait_stable(cluster, group.group_id, n, group.all_assigned)
+        time.sleep(WARMUP_S)
+        with Window(gw) as w:
+            time.sleep(seconds)
+        beats = w.requests("Heartbeat")
+    finally:
+        group.close()
+    return {"heartbeats_per_s": round(beats / w.seconds, 1), "errors": group.errors, **w.costs(beats)}
+
+
+def api_heartbeats(cluster, n: int, interval_ms: int, seconds: float) -> dict:
+    group_id = "heartbeats-api"
+
+    def beat(client, generation, member_id, i, k) -> str | None:
+        r = client.heartbeat(group_id=group_id, generation_id=generation, member_id=member_id).result(timeout=60)
+        return None if r.error is Errors.NONE else r.error.name
+
+    rate, costs = api_members(cluster, group_id, n, seconds, beat, interval_ms)
+    return {"heartbeats_per_s": rate, **costs}
+
+
+def bench_heartbeats(gw, cluster, n: int, seconds: float, interval_ms: int = 1) -> dict:
+    api = api_heartbeats(cluster, n, interval_ms, seconds)
+    kafka = kafka_heartbeats(gw, cluster, n, interval_ms, seconds)
+    for r in (kafka, api):
+        r["ms_between_a_members_heartbeats"] = round(1000 * n / max(r["heartbeats_per_s"], 1e-9), 1)
+    row = {"members": n, "heartbeat_interval_ms": interval_ms, "kafka_via_gateway": kafka, "cluster_client": api,
+           "kafka_vs_client": round(kafka["heartbeats_per_s"] / api["heartbeats_per_s"], 3)}
+    say(f"heartbeats/s, {n} members: librdkafka via the gateway {kafka['heartbeats_per_s']:,.1f}  "
+        f"cluster.client() {api['heartbeats_per_s']:,.1f}  ratio {row['kafka_vs_client']}  "
+        f"gateway loop {kafka['gateway_loop_cpu_us_per_request']} us/request, busy {kafka['gateway_loop_busy']}")
+    return row
+
+
+# --- rebalance ---------------------------------------------------------------------------------------
+def kafka_rebalance(gw, cluster, n: int) -> dict:
+    group = KafkaGroup(gw, "rebalance-kafka", "rebalance", n,
+                       **{"session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": HEARTBEAT_MS})
+    try:
+        with Window(gw) as w:
+            started = time.perf_counter()
+            group.subscribe()
+            wait_stable(cluster, group.group_id, n, group.all_assigned)
+        seconds = max(e[1] for e in group.events) - started
+        spread = callbacks(group.history, started)  # before close() revokes
+    finally:
+        group.close()
+    return {"seconds": round(seconds, 3), **spread,
+            "join_group_requests": w.requests("JoinGroup"), "sync_group_requests": w.requests("SyncGroup"),
+            "errors": group.errors}
+
+
+def callbacks(history: list[tuple[str, float]], started: float) -> dict:
+    """How the members' assignments spread in time: the first one, and the callbacks made."""
+    assigned = [t for kind, t in history if kind == "assign"]
+    return {"first_assigned_s": round(min(assigned) - started, 3) if assigned else None,
+            "assign_callbacks": len(assigned), "revoke_callbacks": len(history) - len(assigned)}
+
+
+class _Recorder(ConsumerRebalanceListener):
+    def __init__(self, events: list, history: list, i: int) -> None:
+        self.events, self.history, self.i = events, history, i
+
+    def on_partitions_assigned(self, partitions) -> None:
+        self.events[self.i] = ("assign", time.perf_counter())
+        self.history.append(self.events[self.i])
+
+    def on_partitions_revoked(self, partitions) -> None:
+        self.events[self.i] = ("revoke", time.perf_counter())
+        self.history.append(self.events[self.i])
+
+
+def api_rebalance(cluster, n: int) -> dict:
+    events: list = [None] * n
+    history: list = []
+    stop = threading.Event()
+    group_id = "rebalance-api"
+
+    def run(consumer) -> None:
+        while not stop.is_set():
+            consumer.poll(0.05)
+        consumer.close()
+
+    consumers = [Consumer(cluster, group_id, ["rebalance"], listener=_Recorder(events, history, i), enable_auto_commit=False,
+                          session_timeout_ms=SESSION_MS, heartbeat_interval_ms=HEARTBEAT_MS) for i in range(n)]
+    threads = [threading.Thread(target=run, args=(c,), daemon=True) for c in consumers]
+    started = time.perf_counter()  # a member joins from its first poll(), as librdkafka's after subscribe()
+    for t in threads:
+        t.start()
+    try:
+        wait_stable(cluster, group_id, n, lambda: all(e is not None and e[0] == "assign" for e in events))
+        seconds = max(e[1] for e in events) - started
+        spread = callbacks(history, started)  # before close() revokes
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=60)
+    return {"seconds": round(seconds, 3), **spread}
+
+
+def bench_rebalance(gw, cluster, n: int) -> dict:
+    api = api_rebalance(cluster, n)
+    kafka = kafka_rebalance(gw, cluster, n)
+    _, _, floor = join_members(cluster.client(), "rebalance-floor", n)
+    row = {"members": n, "kafka_via_gateway": kafka, "raygroups_consumer": api,
+           "group_api_join_sync_only": {"seconds": round(floor, 3)},
+           "kafka_vs_consumer": round(kafka["seconds"] / api["seconds"], 3)}
+    say(f"rebalance of {n} members: librdkafka via the gateway {kafka['seconds']} s  raygroups.Consumer "
+        f"{api['seconds']} s  GroupApi join+sync only {round(floor, 3)} s")
+    return row
+
+
+# --- fetch -------------------------------------------------------------------------------------------
+def kafka_fetch(gw, topic: str, partitions: int, records: int) -> dict:
+    consumer = kafka_consumer(gw, "fetch-kafka")
+    want = partitions * records
+    got = payload = 0
+    errors: dict[str, int] = {}
+    try:
+        with Window(gw) as w:
+            consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+            deadline = time.monotonic() + 600
+            while got < want and time.monotonic() < deadline:
+                for m in consumer.consume(10_000, 1.0):
+                    if m.error():
+                        errors[m.error().name()] = errors.get(m.error().name(), 0) + 1
+                        continue
+                    got += 1
+                    payload += len(m.key()) + len(m.value())
+    finally:
+        consumer.close()
+    gateway_cpu = w.cpu_s("loop") + (w.cpu_s("source") or 0.0)
+    return {"records": got, "key_value_bytes": payload, "seconds": round(w.seconds, 3),
+            "mb_per_s": round(payload / w.seconds / 1e6, 3), "records_per_s": round(got / w.seconds),
+            "fetch_requests": w.requests("Fetch"), "errors": errors,
+            "gateway_cpu_s_per_mb": round(gateway_cpu / (payload / 1e6), 3),
+            "gateway_loop_cpu_us_per_request": w.costs(got)["gateway_loop_cpu_us_per_request"]}
+
+
+def raw_fetch_steps(source: SyntheticSource, topic: str, partitions: int, records: int) -> dict:
+    """The source's read and the encode of the same records, in the chunks one partition's fetch holds
+    (librdkafka's ``max.partition.fetch.bytes``, the broker's record cap), in this thread."""
+    sample = source.read(topic, 0, 0, 1)[0]
+    chunk = min(MAX_RECORDS_PER_PARTITION_FETCH, (PARTITION_FETCH_BYTES - BATCH_OVERHEAD_BYTES) // record_size(sample))
+    t, cpu = time.perf_counter(), time.thread_time()
+    chunks = [source.read(topic, p, o, min(chunk, records - o)) for p in range(partitions) for o in range(0, records, chunk)]
+    read_s, read_cpu = time.perf_counter() - t, time.thread_time() - cpu
+    payload = sum(len(r.key) + len(r.value) for c in chunks for r in c)
+    now_ms = int(time.time() * 1000)
+    t, cpu = time.perf_counter(), time.thread_time()
+    wire = sum(len(encode_batch(c, now_ms)) for c in chunks)
+    encode_s, encode_cpu = time.perf_counter() - t, time.thread_time() - cpu
+    n = partitions * records
+    return {"records": n, "records_per_batch": chunk, "key_value_bytes": payload, "batch_bytes": wire,
+            "source_read_mb_per_s": round(payload / read_s / 1e6, 3), "source_read_records_per_s": round(n / read_s),
+            "encode_mb_per_s": round(payload / encode_s / 1e6, 3), "encode_records_per_s": round(n / encode_s),
+            "read_and_encode_mb_per_s": round(payload / (read_s + encode_s) / 1e6, 3),
+            "read_and_encode_cpu_s_per_mb": round((read_cpu + encode_cpu) / (payload / 1e6), 3)}
+
+
+def bench_fetch(gw, source: SyntheticSource, topic: str, partitions: int, records: int) -> dict:
+    kafka = kafka_fetch(gw, topic, partitions, records)
+    raw = raw_fetch_steps(source, topic, partitions, records)
+    row = {"partitions": partitions, "records_per_partition": records, "kafka_via_gateway": kafka, "raw": raw,
+           "kafka_vs_encode": round(kafka["mb_per_s"] / raw["encode_mb_per_s"], 3),
+           "kafka_vs_read_and_encode": round(kafka["mb_per_s"] / raw["read_and_encode_mb_per_s"], 3)}
+    say(f"fetch, {partitions} x {records:,} records: librdkafka via the gateway {kafka['mb_per_s']} MB/s "
+        f"({kafka['records_per_s']:,} records/s); raw encode {raw['encode_mb_per_s']} MB/s, source read "
+        f"{raw['source_read_mb_per_s']} MB/s, both {raw['read_and_encode_mb_per_s']} MB/s (key + value bytes)")
+    return row
+
+
+# --- the run -----------------------------------------------------------------------------------------
+def machine_info() -> dict:
+    info = machine()
+    try:
+        with open("/proc/meminfo") as f:
+            kib = next(int(line.split()[1]) for line in f if line.startswith("MemTotal:"))
+        info["memory_gib"] = round(kib / 2**20, 1)
+    except (OSError, StopIteration):
+        info["memory_gib"] = None
+    info.update({"ray": ray.__version__, "confluent_kafka": confluent_kafka.version()[0],
+                 "librdkafka": confluent_kafka.libversion()[0]})
+    return info
+
+
+def main() -> None:
+    global out
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
+    parser.add_argument("--seconds", type=float, default=None, help="seconds per throughput window")
+    parser.add_argument("--committers", type=int, default=None)
+    parser.add_argument("--heartbeaters", type=int, default=None)
+    parser.add_argument("--members", type=int, default=None, help="members of the rebalanced group")
+    parser.add_argument("--fetch-records", type=int, default=None, help="records per partition of the fetched topic")
+    parser.add_argument("--note", action="append", default=[], help="a note for the JSON (e.g. the machine was shared)")
+    parser.add_argument("--output", default=str(RESULTS / "gateway.json"))
+    args = parser.parse_args()
+    seconds = args.seconds or (2.0 if args.quick else 5.0)
+    committers = args.committers or (4 if args.quick else 32)
+    heartbeaters = args.heartbeaters or (8 if args.quick else 50)
+    members = args.members or (10 if args.quick else 100)
+    fetch_partitions = 4
+    fetch_records = args.fetch_records or (5_000 if args.quick else 50_000)
+    info = machine_info()
+    RESULTS.mkdir(exist_ok=True)
+    with quiet_output(str(RESULTS / "gateway-ray-output.log")) as terminal:
+        out = terminal
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+        cluster = start_local(num_partitions=1, config=CONFIG)
+        source = SyntheticSource({"fetch": fetch_partitions}, records_per_partition=fetch_records)
+        gw = raygroups_gateway.start(cluster, source=source)
+        try:
+            cluster.create_topic("commits", committers)
+            cluster.create_topic("heartbeats", heartbeaters)
+            cluster.create_topic("rebalance", members)
+            say(f"gateway at {gw.bootstrap_servers}, one shard; {info['nproc']} CPUs, load {info['load_average_1m_at_start']}")
+            commits = bench_commits(gw, cluster, sorted({1, committers}), seconds)
+            heartbeats = bench_heartbeats(gw, cluster, heartbeaters, seconds)
+            rebalance = bench_rebalance(gw, cluster, members)
+            fetch = bench_fetch(gw, source, "fetch", fetch_partitions, fetch_records)
+            final_stats = gw.stats()
+        finally:
+            gw.stop()
+            cluster.shutdown()
+            ray.shutdown()
+    info["load_average_1m_at_end"] = os.getloadavg()[0]
+    top, hb, rb = commits[-1], heartbeats, rebalance
+    summary = {
+        "goal": "librdkafka via the gateway >= 0.8 of cluster.client() for commits/s and heartbeats/s",
+        f"commits_per_s_{top['clients']}_committers": {
+            "kafka_via_gateway": top["kafka_via_gateway"]["commits_per_s"],
+            "cluster_client": top["cluster_client"]["commits_per_s"], "ratio": top["kafka_vs_client"]},
+        "commits_per_s_1_committer": {
+            "kafka_via_gateway": commits[0]["kafka_via_gateway"]["commits_per_s"],
+            "cluster_client": commits[0]["cluster_client"]["commits_per_s"], "ratio": commits[0]["kafka_vs_client"]},
+        f"heartbeats_per_s_{hb['members']}_members": {
+            "kafka_via_gateway": hb["kafka_via_gateway"]["heartbeats_per_s"],
+            "cluster_client": hb["cluster_client"]["heartbeats_per_s"], "ratio": hb["kafka_vs_client"]},
+        f"rebalance_s_{rb['members']}_members": {
+            "kafka_via_gateway": rb["kafka_via_gateway"]["seconds"], "raygroups_consumer": rb["raygroups_consumer"]["seconds"],
+            "group_api_join_sync_only": rb["group_api_join_sync_only"]["seconds"]},
+        "fetch_mb_per_s": {"kafka_via_gateway": fetch["kafka_via_gateway"]["mb_per_s"],
+                           "raw_encode": fetch["raw"]["encode_mb_per_s"],
+                           "raw_source_read_and_encode": fetch["raw"]["read_and_encode_mb_per_s"]},
+        "gateway_loop_cpu_us_per_request": {
+            f"commits_{top['clients']}_committers": top["kafka_via_gateway"]["gateway_loop_cpu_us_per_request"],
+            f"heartbeats_{hb['members']}_members": hb["kafka_via_gateway"]["gateway_loop_cpu_us_per_request"],
+            "measures": "the listener's event loop thread (gw.stats()['loop_cpu_s']) over the requests it served",
+            "excludes": "the Ray client's loop thread (ray_client_thread_cpu_us_per_op, spent by the baseline too), "
+                        "the source thread pool (Fetch reads and encodes there), librdkafka's threads"},
+    }
+    result = {
+        "machine": info,
+        "summary": summary,
+        "notes": args.note,
+        "deployment": {"shards": 1, "config": CONFIG, "fsync": "every batch",
+                       "gateway": "in this process, one listener (raygroups.gateway.start) in front of the deployment"},
+        "same_load": {
+            "commits": "N members of one group, each with one synchronous commit of its own partition in flight, "
+                       "the next sent when it is answered; librdkafka: commit(offsets=[one partition], "
+                       "asynchronous=False) from one thread per consumer (partitions paused, so no Fetch); "
+                       "cluster.client(): commit_offsets(generation_id, member_id).result() from one thread per member",
+            "heartbeats": "N members of one group, each with at most one heartbeat in flight, the next sent when the "
+                          "previous is answered and heartbeat.interval.ms has passed since it was sent; librdkafka "
+                          "schedules its own (a member's next heartbeat waits for librdkafka's main-thread wakeup), "
+                          "so its rate per member is librdkafka's own and the gateway's loop busy share says whether "
+                          "the gateway was the limit",
+            "rebalance": "N consumers polling from one thread each, subscribed to a topic of N partitions, session "
+                         f"{SESSION_MS} ms, heartbeat {HEARTBEAT_MS} ms, range assignor; from the first subscribe() "
+                         "(librdkafka) or the first poll() (raygroups.Consumer) to the last assignment callback "
+                         "that left every member assigned in a stable group",
+            "fetch": "one consumer assigned every partition from offset 0, reading to the end; raw: the same records "
+                     "read from the source and encoded in the chunks one partition's fetch carries",
+        },
+        "commits": commits,
+        "heartbeats": heartbeats,
+        "rebalance": rebalance,
+        "fetch": fetch,
+        "gateway_requests_total": final_stats["requests"],
+        "gateway_closed_connections": final_stats["closed_connections"],
+    }
+    Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()
