@@ -9,7 +9,8 @@ figure next to its baseline measured in the same run, on the same deployment, th
 * heartbeats/s: ``--heartbeaters`` confluent consumers of one group with ``heartbeat.interval.ms`` 1, so
   that each member sends its next heartbeat as soon as librdkafka lets it (one in flight per member),
   against as many members heartbeating through ``cluster.client()`` from as many threads on the same rule
-  (the next heartbeat once the previous one is answered and the interval has passed);
+  (the next heartbeat once the previous one is answered and the interval has passed); beside it, the round
+  trip librdkafka measured to its coordinator (its statistics);
 * the gateway's own CPU per request in those windows: the listener's event loop thread
   (``gw.stats()["loop_cpu_s"]``) over the requests it served. It excludes the Ray client's thread (which
   the baseline spends too, shown beside it), the source's thread pool (Fetch reads and encodes there) and
@@ -17,7 +18,7 @@ figure next to its baseline measured in the same run, on the same deployment, th
 * rebalance of ``--members`` confluent consumers, first ``subscribe()`` -> every member holding its
   assignment (``on_assign``) of one stable generation, against as many ``raygroups.Consumer`` s with the
   same session and heartbeat settings, and against the protocol floor (``GroupApi`` join and sync only,
-  ``bench/coalescing.py``'s ``join_members``);
+  ``bench/coalescing.py``'s ``join_members``): the median of ``--rebalances`` new groups of each kind;
 * fetch: one confluent consumer reading a ``SyntheticSource`` topic to its end, MB/s of key + value bytes,
   next to the gateway's own steps on the same records in this process: the source's ``read`` and
   ``raygroups.gateway.records.encode_batch`` (the raw encode rate), in the chunks a fetch encodes.
@@ -162,8 +163,10 @@ def bench_commits(gw, cluster, clients: list[int], seconds: float, rounds: int) 
 
 # --- heartbeats --------------------------------------------------------------------------------------
 def kafka_heartbeats(gw, cluster, n: int, interval_ms: int, seconds: float, tag: str) -> dict:
+    stats: list[tuple[float, str]] = []  # librdkafka's statistics, each second, from every member
     group = KafkaGroup(gw, f"heartbeats-kafka-{tag}", "heartbeats", n,
-                       **{"session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": interval_ms})
+                       **{"session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": interval_ms,
+                          "statistics.interval.ms": 1000, "stats_cb": lambda s: stats.append((time.perf_counter(), s))})
     try:
         group.subscribe()
         wait_stable(cluster, group.group_id, n, group.all_assigned)
@@ -173,7 +176,13 @@ def kafka_heartbeats(gw, cluster, n: int, interval_ms: int, seconds: float, tag:
         beats = w.requests("Heartbeat")
     finally:
         group.close()
-    return {"heartbeats_per_s": round(beats / w.seconds, 1), "errors": group.errors, **w.costs(beats)}
+    # The round trip librdkafka measured to the group coordinator (the gateway) in the window's seconds.
+    rtt = [json.loads(s)["brokers"].get("GroupCoordinator", {}).get("rtt", {}) for t, s in stats
+           if w.start["t"] + 1 <= t <= w.end["t"]]
+    p50 = sorted(r["p50"] for r in rtt if r.get("cnt"))
+    return {"heartbeats_per_s": round(beats / w.seconds, 1), "errors": group.errors,
+            "librdkafka_coordinator_rtt_p50_ms": round(p50[len(p50) // 2] / 1000, 2) if p50 else None,
+            **w.costs(beats)}
 
 
 def api_heartbeats(cluster, n: int, interval_ms: int, seconds: float, tag: str) -> dict:
@@ -201,8 +210,8 @@ def bench_heartbeats(gw, cluster, n: int, seconds: float, rounds: int, interval_
 
 
 # --- rebalance ---------------------------------------------------------------------------------------
-def kafka_rebalance(gw, cluster, n: int) -> dict:
-    group = KafkaGroup(gw, "rebalance-kafka", "rebalance", n,
+def kafka_rebalance(gw, cluster, n: int, tag: str) -> dict:
+    group = KafkaGroup(gw, f"rebalance-kafka-{tag}", "rebalance", n,
                        **{"session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": HEARTBEAT_MS})
     try:
         with Window(gw) as w:
@@ -238,11 +247,11 @@ class _Recorder(ConsumerRebalanceListener):
         self.history.append(self.events[self.i])
 
 
-def api_rebalance(cluster, n: int) -> dict:
+def api_rebalance(cluster, n: int, tag: str) -> dict:
     events: list = [None] * n
     history: list = []
     stop = threading.Event()
-    group_id = "rebalance-api"
+    group_id = f"rebalance-api-{tag}"
 
     def run(consumer) -> None:
         # poll() returns at once when the member is stable (there is no fetcher to wait for): a loop at
@@ -270,17 +279,26 @@ def api_rebalance(cluster, n: int) -> dict:
     return {"seconds": round(seconds, 3), **spread}
 
 
-def bench_rebalance(gw, cluster, n: int) -> dict:
-    api = api_rebalance(cluster, n)
-    kafka = kafka_rebalance(gw, cluster, n)
-    _, ids, floor = join_members(cluster.client(), "rebalance-floor", n)
-    cluster.client().leave_group(group_id="rebalance-floor", members=[(m, None) for m in ids]).result(timeout=30)
-    row = {"members": n, "kafka_via_gateway": kafka, "raygroups_consumer": api,
-           "group_api_join_sync_only": {"seconds": round(floor, 3)},
-           "kafka_vs_consumer": round(kafka["seconds"] / api["seconds"], 3)}
-    say(f"rebalance of {n} members: librdkafka via the gateway {kafka['seconds']} s  raygroups.Consumer "
-        f"{api['seconds']} s  GroupApi join+sync only {round(floor, 3)} s")
-    return row
+def bench_rebalance(gw, cluster, n: int, trials: int) -> dict:
+    """``trials`` new groups of each kind, alternating; the median of each kind's seconds, every trial kept
+    (with an initial rebalance delay of 0 a group may go through a few generations, more or fewer by luck)."""
+    def median(rows: list[dict]) -> float:
+        return sorted(r["seconds"] for r in rows)[len(rows) // 2]
+
+    runs = [(api_rebalance(cluster, n, str(t)), kafka_rebalance(gw, cluster, n, str(t))) for t in range(trials)]
+    floors = []
+    for t in range(trials):
+        _, ids, floor = join_members(cluster.client(), f"rebalance-floor-{t}", n)
+        cluster.client().leave_group(group_id=f"rebalance-floor-{t}", members=[(m, None) for m in ids]).result(timeout=30)
+        floors.append({"seconds": round(floor, 3)})
+    sides = {name: {"seconds": median(rows), "trials": rows} for name, rows in (
+        ("kafka_via_gateway", [k for _, k in runs]), ("raygroups_consumer", [a for a, _ in runs]),
+        ("group_api_join_sync_only", floors))}
+    say(f"rebalance of {n} members (median of {trials}): librdkafka via the gateway "
+        f"{[r['seconds'] for _, r in runs]} -> {sides['kafka_via_gateway']['seconds']} s  raygroups.Consumer "
+        f"{[r['seconds'] for r, _ in runs]} -> {sides['raygroups_consumer']['seconds']} s  GroupApi join+sync only "
+        f"{sides['group_api_join_sync_only']['seconds']} s")
+    return {"members": n, **sides}
 
 
 # --- fetch -------------------------------------------------------------------------------------------
@@ -366,6 +384,7 @@ def main() -> None:
     parser.add_argument("--committers", type=int, default=None)
     parser.add_argument("--heartbeaters", type=int, default=None)
     parser.add_argument("--members", type=int, default=None, help="members of the rebalanced group")
+    parser.add_argument("--rebalances", type=int, default=3, help="groups formed of each kind (the median is kept)")
     parser.add_argument("--fetch-records", type=int, default=None, help="records per partition of the fetched topic")
     parser.add_argument("--note", action="append", default=[], help="a note for the JSON (e.g. the machine was shared)")
     parser.add_argument("--output", default=str(RESULTS / "gateway.json"))
@@ -391,7 +410,7 @@ def main() -> None:
             say(f"gateway at {gw.bootstrap_servers}, one shard; {info['nproc']} CPUs, load {info['load_average_1m_at_start']}")
             commits = bench_commits(gw, cluster, sorted({1, committers}), seconds, args.rounds)
             heartbeats = bench_heartbeats(gw, cluster, heartbeaters, seconds, args.rounds)
-            rebalance = bench_rebalance(gw, cluster, members)
+            rebalance = bench_rebalance(gw, cluster, members, args.rebalances)
             fetch = bench_fetch(gw, source, "fetch", fetch_partitions, fetch_records)
             final_stats = gw.stats()
         finally:
@@ -441,10 +460,10 @@ def main() -> None:
                        "asynchronous=False) from one thread per consumer (partitions paused, so no Fetch); "
                        "cluster.client(): commit_offsets(generation_id, member_id).result() from one thread per member",
             "heartbeats": "N members of one group, each with at most one heartbeat in flight, the next sent when the "
-                          "previous is answered and heartbeat.interval.ms has passed since it was sent; librdkafka "
-                          "schedules its own (a member's next heartbeat waits for librdkafka's main-thread wakeup), "
-                          "so its rate per member is librdkafka's own and the gateway's loop busy share says whether "
-                          "the gateway was the limit",
+                          "previous is answered and heartbeat.interval.ms (1) has passed since it was sent, so a "
+                          "member's rate is 1 / its round trip (librdkafka schedules its own: its coordinator round "
+                          "trip from its statistics is given beside it); the gateway's loop busy share says whether "
+                          "the gateway's loop was the limit",
             "rebalance": "N consumers polling from one thread each, subscribed to a topic of N partitions, session "
                          f"{SESSION_MS} ms, heartbeat {HEARTBEAT_MS} ms, range assignor; from the first subscribe() "
                          "(librdkafka) or the first poll() (raygroups.Consumer) to the last assignment callback "
