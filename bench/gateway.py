@@ -370,7 +370,7 @@ def machine_info() -> dict:
         info["memory_gib"] = round(kib / 2**20, 1)
     except (OSError, StopIteration):
         info["memory_gib"] = None
-    info.update({"ray": ray.__version__, "confluent_kafka": confluent_kafka.version()[0],
+    info.update({"ray": ray.__version__, "confluent_kafka": confluent_kafka.__version__,
                  "librdkafka": confluent_kafka.libversion()[0]})
     return info
 
