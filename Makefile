@@ -38,6 +38,7 @@ bench: $(STAMP)
 	$(PY) bench/coalescing.py
 	$(PY) bench/detection.py
 	$(PY) bench/scale.py
+	$(PY) bench/gateway.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info
