@@ -84,7 +84,7 @@ def _print_summary(summary: dict) -> None:
               help="The host Kafka clients are told to connect to (default: the --listeners host, or each "
                    "node's IP for a wildcard address).")
 @click.option("--source", "source_spec", default=None, metavar="MODULE:ATTR",
-              help="A raygroups.Source the listeners serve read-only (importable on every node).")
+              help="A raygroups.Source the listeners serve read-only (importable on every node; needs --wait).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def deploy(address: str, data_dir: str, namespace: str, num_partitions: int, config_items: tuple[str, ...],
            wait: bool, timeout_s: float, listeners: str | None, advertised_host: str | None,
@@ -96,7 +96,7 @@ def deploy(address: str, data_dir: str, namespace: str, num_partitions: int, con
     config = parse_config(config_items) or None
     try:
         validate_deploy_args(address, data_dir, namespace, num_partitions, config, wait, timeout_s)
-        listener_spec(listeners, advertised_host, source_spec)
+        listener_spec(listeners, advertised_host, source_spec, wait)
         init_ray(address)
         cluster = deploy_deployment(address, data_dir=data_dir, namespace=namespace, num_partitions=num_partitions,
                                     config=config, wait=wait, timeout_s=timeout_s, listeners=listeners,

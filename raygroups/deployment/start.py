@@ -70,9 +70,10 @@ def deploy(address: str = "auto", *, data_dir: str | os.PathLike, namespace: str
     ``listeners="HOST:PORT"`` runs a Kafka listener on every coordinator node (``raygroups.gateway``; Kafka's
     ``listeners``, port 0 picks a free one per node), telling clients to connect to ``advertised_host``
     (Kafka's ``advertised.listeners``; by default each node's IP); ``source="MODULE:ATTR"`` names the
-    ``raygroups.Source`` they serve read-only (importable on every node), whose topics are registered."""
+    ``raygroups.Source`` they serve read-only (importable on every node), whose topics are registered once
+    every partition serves (so it needs ``wait``)."""
     data_dir, cfg = validate_deploy_args(address, data_dir, namespace, num_partitions, config, wait, timeout_s)
-    listener = listener_spec(listeners, advertised_host, source)
+    listener = listener_spec(listeners, advertised_host, source, wait)
     owns_ray = not ray.is_initialized()
     if owns_ray:
         ray.init(address=address, log_to_driver=False)
@@ -102,19 +103,21 @@ def deploy(address: str = "auto", *, data_dir: str | os.PathLike, namespace: str
         if owns_ray and ray.is_initialized():
             ray.shutdown()
         raise
-    if source is not None:
-        register_topics(cluster, load_source(source))
     if wait:
         cluster.wait_ready(timeout_s)
+    if source is not None:  # registering a topic needs the coordinator nodes (its record goes to their disks)
+        register_topics(cluster, load_source(source))
     return cluster
 
 
-def listener_spec(listeners: object, advertised_host: object, source: object) -> dict | None:
+def listener_spec(listeners: object, advertised_host: object, source: object, wait: object = True) -> dict | None:
     """``deploy``'s listener arguments checked before anything is touched: what the node listeners are made
     of, or None for none; TypeError/ValueError naming the argument."""
     check_type("listeners", listeners, str, nullable=True)
     check_type("advertised_host", advertised_host, str, nullable=True)
     check_type("source", source, str, nullable=True)
+    if source is not None and not wait:
+        raise ValueError("source needs wait=True: its topics are registered once the coordinator nodes serve")
     if listeners is None:
         if advertised_host is not None or source is not None:
             raise ValueError("advertised_host and source need listeners (HOST:PORT)")

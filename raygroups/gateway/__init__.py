@@ -87,12 +87,14 @@ def start(cluster: Any, *, host: str = "127.0.0.1", port: int = 0, source: Sourc
                         limits.fetch_max_bytes)
         listener = Listener(broker, limits)
         bound_host, bound_port = listener.start(host, port)
-    except OSError as e:
+    except BaseException as e:
         if broker is not None:
             broker.close()
         if own_client is not None:
             own_client.close()
-        raise OSError(e.errno, f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+        if isinstance(e, OSError):
+            raise OSError(e.errno, f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+        raise
     topology.address = BrokerAddress(0, advertised_host or _advertised(host, bound_host), bound_port)
     return Gateway(listener, broker, f"{topology.address.host}:{bound_port}", own_client)
 

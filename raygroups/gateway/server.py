@@ -54,7 +54,10 @@ class GatewayLimits:
     bounds the sum over all connections (as Kafka's ``queued.max.request.bytes``, unbounded by default):
     at worst about ``max_connections`` x (``max_request_bytes`` + ``fetch_max_bytes``)."""
 
-    max_request_bytes: int = 104_857_600  # socket.request.max.bytes: the largest frame accepted
+    # socket.request.max.bytes is 100 MiB in Kafka, sized for Produce; the gateway refuses Produce, and its
+    # largest requests (JoinGroup's metadata, a commit of many partitions) are far smaller, while a frame
+    # of small array elements decodes into many Python objects.
+    max_request_bytes: int = 8_388_608  # the largest frame accepted
     max_connections: int = 1_000  # max.connections (Kafka's is unbounded by default)
     max_in_flight_requests: int = 32  # frames read and not yet answered, per connection
     connections_max_idle_ms: int = 600_000  # connections.max.idle.ms

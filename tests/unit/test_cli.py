@@ -56,6 +56,8 @@ def test_chaos_run_config_errors_exit_2_before_anything_starts(args, message):
     (("--data-dir", "/d", "--source", "tests.unit.test_cli:run"), "advertised_host and source need listeners"),
     (("--data-dir", "/d", "--listeners", ":9092", "--source", "no_such_module_x:y"),
      "cannot import the source module 'no_such_module_x'"),
+    (("--data-dir", "/d", "--listeners", ":9092", "--source", "raygroups.sources:SyntheticSource", "--no-wait"),
+     "source needs wait=True"),
 ])
 def test_bad_input_exits_1_with_one_sentence_and_touches_nothing(args, message, monkeypatch):
     import ray
