@@ -14,15 +14,13 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import socket
-import time
 from typing import Any
 
 from raygroups.client.ray_client import RayGroupClient
 from raygroups.coordinator.messages import check_int, check_type
 from raygroups.deployment.cluster import Cluster
-from raygroups.deployment.seam import read_listeners
 from raygroups.gateway.broker import Broker
-from raygroups.gateway.node import GATEWAY_RETRY_MS, LISTENER_STALE_S, Deployment
+from raygroups.gateway.node import GATEWAY_RETRY_MS, Deployment, live_listeners
 from raygroups.gateway.server import GatewayLimits, Listener
 from raygroups.gateway.topology import BrokerAddress, SingleListener
 from raygroups.sources import Source
@@ -114,9 +112,7 @@ def _deployment(cluster: Any) -> tuple[Any, Any]:
 def listeners(cluster: Any) -> dict[str, str]:
     """The Kafka listeners of a replicated deployment's coordinator nodes (``deploy(listeners=...)``) that
     renewed their registration lately: node name -> ``"host:port"``."""
-    now = time.time()
-    return {node: f"{r['host']}:{r['port']}" for node, r in sorted(read_listeners(cluster.namespace).items())
-            if now - r.get("at", 0) <= LISTENER_STALE_S}
+    return {node: f"{r['host']}:{r['port']}" for node, r in sorted(live_listeners(cluster.namespace).items())}
 
 
 def bootstrap_servers(cluster: Any) -> str:

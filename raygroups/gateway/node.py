@@ -65,6 +65,12 @@ def parse_listen(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def live_listeners(namespace: str, now: float | None = None) -> dict[str, dict]:
+    """The listener registrations renewed in the last ``LISTENER_STALE_S`` seconds, by node name."""
+    now = time.time() if now is None else now
+    return {name: r for name, r in read_listeners(namespace).items() if now - r.get("at", 0) <= LISTENER_STALE_S}
+
+
 class Deployment:
     """What a ``Broker`` needs of the deployment: its group API and its registered topics."""
 
@@ -114,9 +120,9 @@ class NodeTopology:
         now = time.time()
         kv_put_json(listener_key(self.node), {"node_id": a.node_id, "host": a.host, "port": a.port, "at": now},
                     self.namespace)
-        self._brokers = {name: BrokerAddress(r["node_id"], r["host"], r["port"])
-                         for name, r in read_listeners(self.namespace).items()
-                         if now - r.get("at", 0) <= LISTENER_STALE_S or name == self.node}
+        live = live_listeners(self.namespace, now)
+        live.setdefault(self.node, {"node_id": a.node_id, "host": a.host, "port": a.port})
+        self._brokers = {name: BrokerAddress(r["node_id"], r["host"], r["port"]) for name, r in live.items()}
         try:
             meta = ray.get(Directory(self.namespace).controller().metadata.remote(), timeout=2)
             self._leaders = {int(p): m["leader"] for p, m in meta.items()}
