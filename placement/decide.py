@@ -24,7 +24,8 @@ A round, in order:
    (``requests.on_leader_started``), so a failover persists once.
 5. **Shards**: a shard runs only on its leader's node; one that is starting or loading is not silent. A
    shard silent for ``shard_silence_ms``, stepped down, or not started in time is failed over (or
-   restarted in place when no other in-sync replica exists).
+   restarted in place when no other in-sync replica exists). "In time": ``shard_start_timeout_ms`` from
+   when its process runs, and ``QUEUED_START_FACTOR`` times that while it waits for Ray to start the process.
 6. **Placement**: replica sets are re-planned when the placement nodes change (alive nodes, plus dead ones
    within ``node_replacement_delay_ms``).
 7. **Leader balance**: Kafka's preferred-leader election at its 10 % imbalance trigger, only when every
@@ -37,6 +38,7 @@ from typing import Any
 
 from raygroups.placement.model import (
     HEALTHY,
+    QUEUED_START_FACTOR,
     STARTING,
     Action,
     Commit,
@@ -322,19 +324,34 @@ class _Round:
             if o.actor_state in STARTING and t.first_answer_ms is not None:
                 t = ShardTrack(a.leader, self.now, o.actor_id)  # Ray is restarting it: a new start
             if o.answer is not None:
-                t = replace(t, first_answer_ms=t.first_answer_ms or self.now, last_answer_ms=self.now)
+                t = replace(t, first_answer_ms=t.first_answer_ms or self.now, last_answer_ms=self.now,
+                            unanswered_ms=None)
                 self.shards[p] = t
                 if o.node is not None and o.node != a.leader:
                     self.start(p, a.leader, f"a shard on {o.node} holds the name; the leader is {a.leader}")
                 elif o.answer not in HEALTHY:
                     self.unhealthy(p, t, f"leader shard answers {o.answer}")
                 continue
+            if o.actor_state not in STARTING and t.running_ms is None:
+                t = replace(t, running_ms=self.now)
             self.shards[p] = t
             if o.actor_state in STARTING or t.first_answer_ms is None:
-                if self.now - t.since_ms > self.s.shard_start_timeout_ms:
-                    self.unhealthy(p, t, f"shard did not start within {self.s.shard_start_timeout_ms} ms")
+                # Many shards created at once on few cores queue for Ray's worker starts: replacing one that
+                # waits there adds a start to the same queue (a storm of restarts on a loaded machine).
+                if t.running_ms is None:
+                    limit, since, what = self.s.shard_start_timeout_ms * QUEUED_START_FACTOR, t.since_ms, "get a process"
+                else:
+                    limit, since, what = self.s.shard_start_timeout_ms, t.running_ms, "answer after its process started"
+                if self.now - since > limit:
+                    self.unhealthy(p, t, f"shard did not {what} within {limit} ms")
                 continue
-            if self.now - t.last_answer_ms > self.s.shard_silence_ms:
+            if t.unanswered_ms is None:
+                t = self.shards[p] = replace(t, unanswered_ms=self.now)
+            # Silence the controller watched: after a stall of its own (its rounds late on a loaded machine),
+            # the shard's last answer is old but no probe went unanswered meanwhile; it is silent once probes
+            # have gone unanswered for half the silence too (in steady rounds, within a round of its last answer).
+            if self.now - t.last_answer_ms > self.s.shard_silence_ms \
+                    and self.now - t.unanswered_ms >= self.s.shard_silence_ms // 2:
                 self.unhealthy(p, t, f"leader shard silent for {self.now - t.last_answer_ms} ms")
 
     def unhealthy(self, p: int, t: ShardTrack, reason: str) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from raygroups.placement.decide import decide
 from raygroups.placement.model import (
+    QUEUED_START_FACTOR,
     Commit,
     Metadata,
     NodeReport,
@@ -61,14 +62,37 @@ def test_a_shard_that_takes_ten_seconds_to_start_is_not_silent():
     assert all(not e["event"].startswith("failover") for e in w.events)
 
 
-def test_a_shard_that_never_starts_is_replaced_after_the_start_deadline():
+def test_a_shard_that_never_gets_a_process_is_replaced_after_the_queued_start_deadline():
+    # Ray never starts its process (PENDING_CREATION): waiting in Ray's queue of worker starts is bounded
+    # QUEUED_START_FACTOR times the start timeout, since a new actor would wait in the same queue.
     w = World(start_delay_ms=10**9, shard_start_timeout_ms=20_000)
-    w.run(19_000)
-    assert len(w.starts) == 4
+    w.run(20_000 * QUEUED_START_FACTOR - 1_000)
+    assert len(w.starts) == 4 and not [e for e in w.events if e["event"] == "failover"]
     w.run(3_000)
     failovers = [e for e in w.events if e["event"] == "failover"]
-    assert failovers and all("did not start within 20000 ms" in e["reason"] for e in failovers)
+    assert len(failovers) == 4
+    assert all(e["reason"] == f"shard did not get a process within {20_000 * QUEUED_START_FACTOR} ms" for e in failovers)
     assert all(a.leader != a.replicas[0] for a in w.meta.partitions.values())  # moved to the next ISR member
+
+
+def test_a_shard_queued_for_its_process_longer_than_the_start_timeout_is_left_to_start():
+    # Fifty shards created at once on two cores: the last ones get their process after more than the start
+    # timeout. None is replaced; the timeout counts from when each process runs.
+    w = up(World(start_delay_ms=45_000, shard_start_timeout_ms=20_000))
+    assert len(w.starts) == 4
+    assert all(e["event"] != "failover" and e["event"] != "shard-restart" for e in w.events)
+
+
+def test_a_shard_whose_process_runs_but_never_answers_is_replaced_after_the_start_timeout_from_then():
+    w = World(start_delay_ms=30_000, shard_start_timeout_ms=20_000)
+    w.paused.add("node-0")  # its processes run (ALIVE) and never answer
+    w.run(30_000 + 19_000)
+    assert not [e for e in w.events if e["event"] == "failover"]
+    w.run(2_000)
+    failovers = [e for e in w.events if e["event"] == "failover"]
+    assert failovers and all(e["reason"] == "shard did not answer after its process started within 20000 ms"
+                             for e in failovers)
+    assert all(w.state(p).leader != "node-0" for p, a in w.meta.partitions.items() if a.replicas[0] == "node-0")
 
 
 def _pause_leader_until_failover(w, p: int, silence_ms: int):
@@ -93,6 +117,28 @@ def test_a_paused_leader_is_failed_over_after_the_silence_and_its_shard_replaced
     w.run_until(w.serving)
     w.catch_up(p)
     assert old.leader in w.state(p).isr
+
+
+def test_a_stall_of_the_controller_itself_is_no_silence_of_the_shards():
+    # The controller's rounds stop for 30 s (a loaded machine): every shard's last answer is then 30 s old.
+    # A probe left unanswered right after is no silence yet: only probes unanswered for half the silence are.
+    w = up(World())
+    p = 1
+    old = w.state(p)
+    w.paused.add(old.leader)
+    w.now += 30_000
+    w.step()
+    assert w.state(p).leader == old.leader
+    w.paused.clear()
+    w.run(5_000)
+    assert w.state(p) == old and not [e for e in w.events if e["event"] == "failover"]
+    # Silent for real after such a stall: failed over once its probes go unanswered for half the silence.
+    w.paused.add(old.leader)
+    w.now += 30_000
+    w.run(1_200)
+    assert w.state(p).leader == old.leader
+    w.run_until(lambda: w.state(p).leader != old.leader, limit_ms=1_000)
+    assert w.state(p).leader_epoch == old.leader_epoch + 1
 
 
 def test_a_shorter_session_timeout_fails_a_paused_leader_over_sooner():
