@@ -71,8 +71,8 @@ def listener_key(node: str) -> bytes:
 
 
 def read_listeners(namespace: str) -> dict[str, dict]:
-    """Every node listener's registration (``node_id``, ``host``, ``port``, ``at``: when it last renewed
-    it, wall-clock seconds), by node name."""
+    """Every node listener's registration (``node_id``, ``host``, ``port``, and its renewal mark:
+    ``incarnation``, ``renewal``), by node name."""
     out = {}
     for key in internal_kv._internal_kv_list(LISTENER_KEY_PREFIX, namespace=namespace):
         value = kv_get_json(key, namespace)
@@ -181,6 +181,9 @@ class Directory:
 
     def log_server(self, node: str):
         return ray.get_actor(log_server_name(node), namespace=self.namespace)
+
+    def listener(self, node: str):
+        return ray.get_actor(listener_name(node), namespace=self.namespace)
 
     def topics(self) -> dict[str, int]:
         """The registered topics cached in the GCS."""

@@ -78,15 +78,17 @@ def deploy(address: str = "auto", *, data_dir: str | os.PathLike, namespace: str
     if owns_ray:
         ray.init(address=address, log_to_driver=False)
     description = {"num_partitions": num_partitions, "config": cfg.to_properties(), "data_dir": data_dir,
-                   "replicated": True}
+                   "replicated": True, "listeners": None if listener is None else listener["kwargs"]}
     existing = kv_get_json(DEPLOYMENT_KEY, namespace)
     try:
         if existing is not None:
             cfg = _resumable(existing, description, namespace, config is not None)
+            listener = _resumed_listeners(existing, description, namespace, listener)
         _warn_unlabelled()
         factory = ActorFactory(namespace, num_partitions, cfg.to_properties(), data_dir, listener=listener)
-        if existing is None:
-            kv_put_json(DEPLOYMENT_KEY, description, namespace)
+        if existing is None or "listeners" not in existing:
+            kv_put_json(DEPLOYMENT_KEY, {**(existing or description),
+                                         "listeners": None if listener is None else listener["kwargs"]}, namespace)
         cluster = Cluster(namespace, num_partitions, cfg, data_dir, created=True, owns_ray=owns_ray,
                           owns_data_dir=False, replicated=True, factory=factory)
         controller = ensure_controller(namespace, _settings(cfg), factory)
@@ -171,6 +173,19 @@ def _resumable(existing: dict, wanted: dict, namespace: str, config_given: bool)
         raise ValueError(f"the deployment in namespace {namespace!r} runs with other values of {', '.join(changed)}; "
                          f"shut it down (its data stays) and deploy again to change them")
     return CoordinatorConfig.from_properties(existing["config"])
+
+
+def _resumed_listeners(existing: dict, wanted: dict, namespace: str, given: dict | None) -> dict | None:
+    """The node listeners of a resumed deployment: those it was deployed with (resuming without
+    ``listeners`` keeps them); other ones are refused, as another config is. A deployment recorded before
+    listeners existed takes what this call gives."""
+    if "listeners" not in existing:
+        return given
+    stored = existing["listeners"]
+    if given is not None and stored != wanted["listeners"]:
+        raise ValueError(f"the deployment in namespace {namespace!r} runs with listeners {stored!r}, not "
+                         f"{wanted['listeners']!r}; shut it down (its data stays) and deploy again to change them")
+    return None if stored is None else {"cls": NodeListener, "kwargs": stored}
 
 
 def _settings(cfg: CoordinatorConfig) -> Settings:

@@ -20,7 +20,7 @@ from raygroups.client.ray_client import RayGroupClient
 from raygroups.coordinator.messages import check_int, check_type
 from raygroups.deployment.cluster import Cluster
 from raygroups.gateway.broker import Broker
-from raygroups.gateway.node import GATEWAY_RETRY_MS, Deployment, live_listeners
+from raygroups.gateway.node import GATEWAY_RETRY_MS, Deployment, answering_listeners
 from raygroups.gateway.server import GatewayLimits, Listener
 from raygroups.gateway.topology import BrokerAddress, SingleListener
 from raygroups.sources import Source
@@ -111,8 +111,8 @@ def _deployment(cluster: Any) -> tuple[Any, Any]:
 
 def listeners(cluster: Any) -> dict[str, str]:
     """The Kafka listeners of a replicated deployment's coordinator nodes (``deploy(listeners=...)``) that
-    renewed their registration lately: node name -> ``"host:port"``."""
-    return {node: f"{r['host']}:{r['port']}" for node, r in sorted(live_listeners(cluster.namespace).items())}
+    answer and listen now: node name -> ``"host:port"``."""
+    return dict(sorted(answering_listeners(cluster.namespace).items()))
 
 
 def bootstrap_servers(cluster: Any) -> str:

@@ -3,8 +3,9 @@
 ``NodeListener`` is a plain class that the deployment's ``ActorFactory`` makes a detached actor on its node
 (like Ray Serve's per-node ``ProxyActor``); the controller starts one with each node's first report.
 Every listener registers where clients reach it (``advertised_host``: Kafka's ``advertised.listeners``;
-by default the address it listens on, or the node's IP if that is a wildcard) and renews that every second; Metadata lists the listeners renewed in the last
-``LISTENER_STALE_S`` seconds as the brokers, FindCoordinator answers the listener of the node whose shard
+by default the address it listens on, or the node's IP if that is a wildcard) and renews that every
+``REFRESH_S``; Metadata lists as the brokers the listeners whose renewals a listener has seen within the
+last ``LISTENER_STALE_S`` seconds of its own clock (no two hosts' clocks are compared), FindCoordinator answers the listener of the node whose shard
 leads the group's ``__consumer_offsets`` partition, and a listener answers NOT_COORDINATOR for a group
 whose partition its node does not lead. So a failover reaches clients as it does with Kafka: their
 coordinator stops answering or answers NOT_COORDINATOR, they ask FindCoordinator again and go to the new
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import secrets
 import threading
 import time
 import zlib
@@ -44,6 +46,7 @@ log = logging.getLogger("raygroups.gateway")
 
 REFRESH_S = 0.5
 LISTENER_STALE_S = 5.0
+BIND_RETRY_S = 5.0  # how often a node listener that cannot listen (its port taken) tries again
 # How long a listener's group client retries a retriable coordinator error before the Kafka client sees it
 # (then it asks FindCoordinator again, as it does with Kafka).
 GATEWAY_RETRY_MS = 2_000
@@ -65,10 +68,52 @@ def parse_listen(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def live_listeners(namespace: str, now: float | None = None) -> dict[str, dict]:
-    """The listener registrations renewed in the last ``LISTENER_STALE_S`` seconds, by node name."""
-    now = time.time() if now is None else now
-    return {name: r for name, r in read_listeners(namespace).items() if now - r.get("at", 0) <= LISTENER_STALE_S}
+class RenewalWatch:
+    """Which registrations are live, judged on this process's monotonic clock: one is live while its
+    renewal mark (the registering incarnation and its renewal count) changed, or was first seen, within
+    ``LISTENER_STALE_S`` of the watcher's clock. As Kafka's broker liveness goes by heartbeats received
+    (``BrokerHeartbeatManager``), never by comparing timestamps written on other hosts."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, tuple[Any, float]] = {}  # node -> (renewal mark, when this watcher saw it)
+
+    def live(self, registrations: dict[str, dict], now: float | None = None) -> dict[str, dict]:
+        now = time.monotonic() if now is None else now
+        out = {}
+        for name, r in registrations.items():
+            mark = (r.get("incarnation"), r.get("renewal"))
+            seen = self._seen.get(name)
+            if seen is None or seen[0] != mark:
+                seen = self._seen[name] = (mark, now)
+            if now - seen[1] <= LISTENER_STALE_S:
+                out[name] = r
+        for name in self._seen.keys() - registrations.keys():
+            del self._seen[name]
+        return out
+
+
+def answering_listeners(namespace: str, timeout_s: float = 2.0) -> dict[str, str]:
+    """The node listeners that answer their actor within ``timeout_s`` and listen: node name ->
+    ``"host:port"`` clients reach it at (for a one-off look, which has no renewals to watch)."""
+    asked = {}
+    directory = Directory(namespace)
+    for node in read_listeners(namespace):
+        try:
+            asked[node] = directory.listener(node).status.remote()
+        except ValueError:  # registered, but its actor is gone (the deployment is stopping)
+            continue
+    ready, _ = ray.wait(list(asked.values()), num_returns=len(asked), timeout=timeout_s)
+    out = {}
+    for node, ref in asked.items():
+        if ref not in ready:
+            continue
+        try:
+            status = ray.get(ref)
+        except ray.exceptions.RayError:
+            continue
+        if status["error"] is None and status["bootstrap"]:
+            out[node] = status["bootstrap"]
+    return out
 
 
 class Deployment:
@@ -95,6 +140,9 @@ class NodeTopology:
         self.address: BrokerAddress | None = None
         self._brokers: dict[str, BrokerAddress] = {}
         self._leaders: dict[int, str | None] = {}
+        self._watch = RenewalWatch()
+        self._incarnation = secrets.token_hex(8)
+        self._renewal = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._refresh_loop, name="raygroups-listener-refresh", daemon=True)
 
@@ -117,10 +165,11 @@ class NodeTopology:
 
     def _refresh(self) -> None:
         a = self.address
-        now = time.time()
-        kv_put_json(listener_key(self.node), {"node_id": a.node_id, "host": a.host, "port": a.port, "at": now},
+        self._renewal += 1
+        kv_put_json(listener_key(self.node), {"node_id": a.node_id, "host": a.host, "port": a.port,
+                                              "incarnation": self._incarnation, "renewal": self._renewal},
                     self.namespace)
-        live = live_listeners(self.namespace, now)
+        live = self._watch.live(read_listeners(self.namespace))
         live.setdefault(self.node, {"node_id": a.node_id, "host": a.host, "port": a.port})
         self._brokers = {name: BrokerAddress(r["node_id"], r["host"], r["port"]) for name, r in live.items()}
         try:
@@ -158,42 +207,71 @@ class NodeTopology:
 
 class NodeListener:
     """The Kafka listener of one coordinator node (a Ray actor; see the module docstring). If it cannot
-    listen (the port is taken), it says so in its log and ``status()`` and stays up without listening, so
-    that Ray does not restart it in a loop."""
+    listen (the port is taken), it says so in its log and ``status()``, stays up (so that Ray does not
+    restart it in a loop) and tries again every ``BIND_RETRY_S`` until it listens."""
 
     def __init__(self, namespace: str, node: str, num_partitions: int, config: dict, listen: str,
                  advertised_host: str | None = None, source: str | None = None) -> None:
         self.node = node
         self.error: str | None = None
+        self._namespace = namespace
+        self._listen = listen
+        self._advertised_host = advertised_host
+        self._lock = threading.Lock()
+        self._closed = False
+        self._listener: Listener | None = None
         cfg = dataclasses.replace(CoordinatorConfig.from_properties(config), request_timeout_ms=GATEWAY_RETRY_MS)
         self._client = RayGroupClient(namespace, num_partitions, cfg)
         self.topology = NodeTopology(namespace, node, num_partitions)
-        limits = GatewayLimits()
+        self._limits = GatewayLimits()
         self._broker = Broker(Deployment(self._client, namespace), load_source(source) if source else None,
-                              self.topology, f"raygroups-{namespace}", limits.fetch_max_bytes)
-        self._listener = Listener(self._broker, limits)
-        host, port = parse_listen(listen)
-        try:
-            _, bound_port = self._listener.start(host, port)
-        except OSError as e:
-            self.error = f"cannot listen on {listen}: {e.strerror or e}"
-            log.error("Kafka listener of node %s: %s", node, self.error)
-            return
-        # Kafka's advertised.listeners defaults to listeners; a wildcard address is no address to connect to.
-        advertised = advertised_host or (ray.util.get_node_ip_address() if host in ("", "0.0.0.0", "::") else host)
-        self.topology.start(BrokerAddress(node_id_of(node), advertised, bound_port))
-        self._namespace = namespace
+                              self.topology, f"raygroups-{namespace}", self._limits.fetch_max_bytes)
+        self._retry = threading.Event()
+        if not self._try_listen():
+            threading.Thread(target=self._retry_listen, name="raygroups-listener-bind", daemon=True).start()
+
+    def _try_listen(self) -> bool:
+        host, port = parse_listen(self._listen)
+        with self._lock:
+            if self._closed:
+                return True
+            listener = Listener(self._broker, self._limits)
+            try:
+                _, bound_port = listener.start(host, port)
+            except OSError as e:
+                error = f"cannot listen on {self._listen}: {e.strerror or e}"
+                if error != self.error:
+                    log.error("Kafka listener of node %s: %s; trying again every %g s", self.node, error, BIND_RETRY_S)
+                self.error = error
+                return False
+            # Kafka's advertised.listeners defaults to listeners; a wildcard address is no address to connect to.
+            advertised = self._advertised_host or (
+                ray.util.get_node_ip_address() if host in ("", "0.0.0.0", "::") else host)
+            self._listener = listener
+            self.topology.start(BrokerAddress(node_id_of(self.node), advertised, bound_port))
+            self.error = None
+            return True
+
+    def _retry_listen(self) -> None:
+        while not self._retry.wait(BIND_RETRY_S):
+            if self._try_listen():
+                return
 
     def status(self) -> dict:
         a = self.topology.address
+        listener = self._listener
         return {"node": self.node, "error": self.error,
-                "bootstrap": None if a is None else f"{a.host}:{a.port}",
-                **({} if self.error else self._listener.stats())}
+                "bootstrap": None if a is None or listener is None else f"{a.host}:{a.port}",
+                **({} if listener is None else listener.stats())}
 
     def close(self) -> None:
+        with self._lock:
+            self._closed = True
+        self._retry.set()
         self.topology.stop()
-        self._listener.stop()
+        if self._listener is not None:
+            self._listener.stop()
         self._broker.close()
         self._client.close()
-        if self.error is None:
+        if self._listener is not None:
             kv_delete(listener_key(self.node), self._namespace)

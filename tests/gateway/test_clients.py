@@ -575,3 +575,36 @@ def test_the_gateway_command_serves_a_deployment_until_sigterm(deployment):
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+def test_a_node_listener_whose_port_is_taken_listens_once_it_is_free(deployment, monkeypatch):
+    """A coordinator node's listener that cannot bind (its port taken) says so in ``status()``, stays up
+    and binds once the port is free, without waiting for its node to restart; a Kafka client then reaches
+    the deployment through it."""
+    import socket
+
+    from confluent_kafka.admin import AdminClient
+
+    from raygroups.gateway import node
+
+    cluster, _ = deployment
+    monkeypatch.setattr(node, "BIND_RETRY_S", 0.2)
+    blocker = socket.socket()
+    blocker.bind(("127.0.0.1", 0))
+    blocker.listen()
+    port = blocker.getsockname()[1]
+    listener = node.NodeListener(cluster.namespace, "bind-test", cluster.num_partitions, {}, f"127.0.0.1:{port}")
+    try:
+        status = listener.status()
+        assert status["error"].startswith(f"cannot listen on 127.0.0.1:{port}: ") and status["bootstrap"] is None
+        blocker.close()
+        deadline = time.monotonic() + DEADLINE_S
+        while listener.status()["error"] is not None:
+            assert time.monotonic() < deadline, listener.status()
+            time.sleep(0.05)
+        assert listener.status()["bootstrap"] == f"127.0.0.1:{port}"
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}", "logger": QUIET, "log_level": 0})
+        assert "split" in admin.list_topics(timeout=DEADLINE_S).topics
+    finally:
+        listener.close()
+        blocker.close()

@@ -36,3 +36,22 @@ def test_a_deployment_stored_before_a_property_existed_resumes_with_its_default(
     changed = {**wanted, "config": {**wanted["config"], "shard.session.timeout.ms": 1_000}}
     with pytest.raises(ValueError, match="other values of shard.session.timeout.ms"):
         _resumable(old, changed, "ns", config_given=True)
+
+
+def test_a_resumed_deployment_keeps_its_listeners_and_refuses_other_ones():
+    from raygroups.deployment.start import _resumed_listeners, listener_spec
+
+    spec = listener_spec("0.0.0.0:9092", None, None)
+    stored = {"num_partitions": 4, "listeners": spec["kwargs"]}
+    # Resumed without listeners: the ones it was deployed with; with the same ones: those.
+    assert _resumed_listeners(stored, {"listeners": None}, "ns", None)["kwargs"] == spec["kwargs"]
+    assert _resumed_listeners(stored, {"listeners": spec["kwargs"]}, "ns", spec)["kwargs"] == spec["kwargs"]
+    other = listener_spec("0.0.0.0:9093", "kafka.example", None)
+    with pytest.raises(ValueError, match="runs with listeners .*9092.*not .*9093.*shut it down"):
+        _resumed_listeners(stored, {"listeners": other["kwargs"]}, "ns", other)
+    # Deployed without listeners: listeners now are a change too.
+    with pytest.raises(ValueError, match="runs with listeners None"):
+        _resumed_listeners({"listeners": None}, {"listeners": spec["kwargs"]}, "ns", spec)
+    assert _resumed_listeners({"listeners": None}, {"listeners": None}, "ns", None) is None
+    # Recorded before listeners existed: what this call gives.
+    assert _resumed_listeners({"num_partitions": 4}, {"listeners": spec["kwargs"]}, "ns", spec) is spec
