@@ -301,7 +301,10 @@ def phase_workload(expected_file: str) -> dict:
     for round_ in range(1, 4):
         futures = [client.commit_offsets(group_id=g, offsets={("orders", p): (round_ * 100 + i, "") for p in range(6)})
                    for i, g in enumerate(groups)]
-        assert all(set(f.result(timeout=120).errors.values()) == {raygroups_none()} for f in futures)
+        refused = {g: {f"{t}:{p}": e.name for (t, p), e in f.result(timeout=120).errors.items() if e is not raygroups_none()}
+                   for g, f in zip(groups, futures, strict=True)}
+        refused = {g: errors for g, errors in refused.items() if errors}
+        assert not refused, f"round {round_}: commits refused: {refused}"
     expected = _all_offsets(cluster, ["orders-app", *groups])
     assert expected["orders-app"] == {f"orders:{p}": 2_000 for p in range(6)}, expected["orders-app"]
     Path(expected_file).write_text(json.dumps(expected, sort_keys=True))
