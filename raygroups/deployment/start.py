@@ -15,6 +15,7 @@ node plus N coordinator nodes ``node-0`` ...), then the same ``deploy``.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import tempfile
@@ -124,11 +125,26 @@ def listener_spec(listeners: object, advertised_host: object, source: object, wa
         if advertised_host is not None or source is not None:
             raise ValueError("advertised_host and source need listeners (HOST:PORT)")
         return None
-    parse_listen(listeners)
+    host, _ = parse_listen(listeners)
+    if not _every_node_can_listen_at(host):
+        # Kafka configures listeners per broker; here one HOST:PORT serves every coordinator node, and only
+        # one host has a given address.
+        raise ValueError(f"listeners host {host!r} is one machine's address: every coordinator node listens at "
+                         f"HOST:PORT, so HOST must be a wildcard (0.0.0.0 or ::) or a loopback address")
     if source is not None:
         load_source(source)
     return {"cls": NodeListener, "kwargs": {"listen": listeners, "advertised_host": advertised_host,
                                             "source": source}}
+
+
+def _every_node_can_listen_at(host: str) -> bool:
+    if host in ("", "localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False  # a host name is one machine's
+    return address.is_unspecified or address.is_loopback
 
 
 def validate_deploy_args(address: object, data_dir: object, namespace: object, num_partitions: object,

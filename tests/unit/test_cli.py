@@ -53,6 +53,8 @@ def test_chaos_run_config_errors_exit_2_before_anything_starts(args, message):
      "min.insync.replicas (2) must not exceed offsets.topic.replication.factor (1)"),
     (("--data-dir", "/d", "--listeners", "9092"), "a listener address must be HOST:PORT, got '9092'"),
     (("--data-dir", "/d", "--listeners", "0.0.0.0:70000"), "the port of listener address '0.0.0.0:70000' must be"),
+    (("--data-dir", "/d", "--listeners", "198.18.0.11:9092"), "listeners host '198.18.0.11' is one machine's address"),
+    (("--data-dir", "/d", "--listeners", "kafka.example:9092"), "HOST must be a wildcard (0.0.0.0 or ::) or a loopback"),
     (("--data-dir", "/d", "--source", "tests.unit.test_cli:run"), "advertised_host and source need listeners"),
     (("--data-dir", "/d", "--listeners", ":9092", "--source", "no_such_module_x:y"),
      "cannot import the source module 'no_such_module_x'"),
