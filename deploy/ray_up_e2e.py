@@ -462,6 +462,28 @@ PHASES = {"workload": phase_workload, "check": phase_check, "rejoined": phase_re
 
 
 # --- the run ---------------------------------------------------------------------------------------------
+AUTOSCALER_RESTART_S = 300  # how long a powered-on host is left to Ray's autoscaler
+
+
+def ray_restarted(host, config: Path) -> str:
+    """Wait for Ray's autoscaler to restart Ray on ``host`` (it notices the lost raylet and runs the worker
+    start commands). It tries once per node: a node whose restart failed (the host still off, or ``ray start``
+    timing out on a loaded machine, whose raylet must register within 30 s) is never tried again
+    (``StandardAutoscaler.can_update``: ``num_failed_updates``). Then the operator runs cluster.yaml's
+    worker start commands on the host, as docs/operations.md says. Returns who restarted it."""
+    import yaml
+
+    deadline = time.monotonic() + AUTOSCALER_RESTART_S
+    while time.monotonic() < deadline:
+        if testhosts.ssh(host, "pgrep -f '[r]aylet/raylet' >/dev/null", check=False, timeout_s=30).returncode == 0:
+            return "autoscaler"
+        time.sleep(5)
+    commands = yaml.safe_load(config.read_text())["worker_start_ray_commands"]
+    script = "; ".join(c.strip().replace("$RAY_HEAD_IP", HEAD.ip) for c in commands)
+    testhosts.ssh(host, script, timeout_s=300)
+    return "operator (the autoscaler's one restart failed)"
+
+
 def stop_ray_everywhere() -> None:
     """``ray down`` stops the head only; workers' raylets would linger for a minute."""
     for h in WORKERS:
@@ -516,8 +538,11 @@ def main(argv: list[str] | None = None) -> int:
                                              check_operator_view, run, False, True)
         run.say(f"  {run.facts['cli_failover']}")
         run.step(f"power on {victim.name}", testhosts.start, victim)
-        run.facts["rejoin"] = run.step(f"{victim.name} rejoins under its name (autoscaler restarts Ray) and in sync",
+        restarted_by = run.step(f"Ray runs on {victim.name} again (the autoscaler restarts it, else the operator)",
+                                ray_restarted, victim, config)
+        run.facts["rejoin"] = run.step(f"{victim.name} rejoins under its name and in sync",
                                        client_phase, run, "rejoined", victim.name)
+        run.facts["rejoin"]["ray_restarted_by"] = restarted_by
         run.say(f"  {run.facts['rejoin']}")
         kafka_stop.touch()
         run.step("the Kafka group stops", kafka.wait, 120)
