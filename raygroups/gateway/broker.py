@@ -44,12 +44,15 @@ class Broker:
         self.cluster_id = cluster_id
         self.fetch_max_bytes = fetch_max_bytes
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="raygroups-gateway-source")
+        # The topic registry is read on a thread of its own, so that Metadata never waits behind source reads.
+        self._registry = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raygroups-gateway-topics")
         self._source_topics = dict(source.topics()) if source is not None else {}
         self._topics: dict[str, int] = dict(self._source_topics)
         self._topics_at = -1.0
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._registry.shutdown(wait=False, cancel_futures=True)
 
     # --- topology ----------------------------------------------------------------------------------
     def brokers(self) -> list[BrokerAddress]:
@@ -71,7 +74,7 @@ class Broker:
     async def topics(self) -> dict[str, int]:
         now = time.monotonic()
         if now - self._topics_at >= TOPICS_TTL_S:
-            registered = await asyncio.get_running_loop().run_in_executor(self._pool, self.cluster.topics)
+            registered = await asyncio.get_running_loop().run_in_executor(self._registry, self.cluster.topics)
             self._topics = {**registered, **self._source_topics}
             self._topics_at = now
         return self._topics
