@@ -117,10 +117,15 @@ def prebake_venv() -> None:
     subprocess.run([str(PREBAKED_VENV / "bin" / "python"), "-m", "pip", "install", "-q", *pins], check=True)
 
 
-def cluster_copy(wheel: Path) -> Path:
+def cluster_copy(wheel: Path, partitions: int | None = None) -> Path:
     """The project's cluster.yaml with only the addresses, the SSH user and the key replaced, and the local
-    paths of file_mounts made absolute (``ray up`` runs from the repository root in the README)."""
+    paths of file_mounts made absolute (``ray up`` runs from the repository root in the README); with
+    ``partitions``, ``raygroups deploy --partitions`` too."""
     text = (ROOT / "cluster.yaml").read_text()
+    if partitions is not None:
+        text, n = re.subn(r"--partitions=\d+", f"--partitions={partitions}", text)
+        if n != 1:
+            raise RuntimeError(f"cluster.yaml has {n} --partitions= flags, not 1")
     text = text.replace("HEAD_NODE_HOSTNAME", HEAD.ip)
     for i, w in enumerate(WORKERS, 1):
         text = text.replace(f"WORKER_NODE_HOSTNAME_{i}", w.ip)
@@ -495,8 +500,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="ray up cluster.yaml, end to end, on four local SSH hosts")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "ray-up"))
     parser.add_argument("--keep", action="store_true", help="leave the cluster and hosts running at the end")
+    parser.add_argument("--partitions", type=int, default=None,
+                        help="deploy this many partitions instead of cluster.yaml's 50 (the four hosts of this "
+                             "script share one machine's cores, and every partition's shard is a process)")
     parser.add_argument("--phase", help=argparse.SUPPRESS)
     args, rest = parser.parse_known_args(argv)
+    if args.partitions is not None and not 1 <= args.partitions <= 50:
+        parser.error(f"--partitions must be 1..50 (cluster.yaml deploys 50), got {args.partitions}")
     if args.phase:
         print(json.dumps(PHASES[args.phase](*rest), sort_keys=True), flush=True)
         return 0
@@ -507,7 +517,9 @@ def main(argv: list[str] | None = None) -> int:
         run.step("prepare: the venv every host's image has", prebake_venv)
         run.step("hosts up (4 network/PID/mount/UTS namespaces with sshd)", testhosts.up)
         wheel = run.step("build the wheel", build_wheel)
-        config = run.step("cluster.yaml copy (addresses, SSH user and key substituted)", cluster_copy, wheel)
+        what = "addresses, SSH user and key" + ("" if args.partitions is None else f", --partitions={args.partitions}")
+        config = run.step(f"cluster.yaml copy ({what} substituted)", cluster_copy, wheel, args.partitions)
+        run.facts["partitions"] = args.partitions or int(re.search(r"--partitions=(\d+)", config.read_text())[1])
         run.step("ray up", ray_cli, run, "up", "-y", "--no-config-cache", "--disable-usage-stats", str(config))
         run.facts["workload"] = run.step("workload: consumer group + 40 groups' commits, all served",
                                          client_phase, run, "workload", expected)
