@@ -532,6 +532,7 @@ def main(argv: list[str] | None = None) -> int:
         run.say(f"  {run.facts['cli_writes']}")
         kafka_stop, kafka_out = WORK / "kafka-group.stop", WORK / "kafka-group.json"
         kafka_stop.unlink(missing_ok=True)
+        kafka_out.unlink(missing_ok=True)  # an earlier run's file would pass the wait below at once
         kafka = subprocess.Popen([sys.executable, __file__, "--phase", "kafka", str(kafka_stop), str(kafka_out)],
                                  env=launcher_env(), stdout=subprocess.DEVNULL,
                                  stderr=open(run.out / "phase-kafka.log", "w"))
