@@ -458,6 +458,7 @@ def kafka_group_facts(out_file: str, powered_off_at: float, expected_file: str) 
     Path(expected_file).write_text(json.dumps(expected, sort_keys=True))
     after = sum(1 for t in times if t > powered_off_at)
     assert after > 0, f"the Kafka group committed nothing after the power-off: {state['errors']}"
+    assert after < len(times), "the Kafka group committed nothing before the power-off"
     return {"commits_before_power_off": len(times) - after, "commits_after_power_off": after,
             "longest_commit_pause_s": round(max(around, default=0.0), 2), "errors": state["errors"],
             "partitions": len(state["acked"])}
