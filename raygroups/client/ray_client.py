@@ -33,7 +33,8 @@ for it. Each request keeps its own deadline; a batch call that fails in Ray fail
 with ``NOT_COORDINATOR``, as a single call would.
 
 Thread-safe: calls are submitted to one private asyncio loop thread; every method returns a
-``concurrent.futures.Future``.
+``concurrent.futures.Future``. Code running on that loop (``loop``) may use ``send_here`` instead, which
+returns a future of the loop.
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ class _Slot:
 
     def __init__(self, request: Any, future: Future, deadline: float) -> None:
         self.request = request
-        self.future = future
+        self.future = future  # a concurrent Future, or (send_here) an asyncio one of the client's loop
         self.deadline = deadline
         self.backoff = _BACKOFF_START_S
 
@@ -153,6 +154,30 @@ class RayGroupClient(GroupApi):
             wake = len(self._inbox) == 1
         if wake:
             self._loop.call_soon_threadsafe(self._drain_inbox)
+        return future
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The client's own event loop: code running on it may call ``send_here``."""
+        return self._loop
+
+    def send_here(self, request: Any) -> asyncio.Future:
+        """``send`` for a caller running on this client's own loop (the Kafka gateway's listener): the answer
+        as a future of that loop, with no thread crossed either way. Validated, routed, coalesced and retried
+        exactly as ``send``."""
+        request = REQUESTS.spec(request).validate(request, self.config.message_max_bytes)
+        if self._closed:
+            raise RuntimeError("this client is closed")
+        spec = REQUESTS.spec(request)
+        lane = None
+        if self._max_batch > 1 and spec.lane is not None:
+            lane = spec.lane_of(request, self._partition_of(request.group_id))
+        if lane is None:
+            return self._loop.create_task(self._call(request))
+        future = self._loop.create_future()
+        slot = _Slot(request, future, time.monotonic() + self._timeout_ms(request) / 1000.0)
+        self._outstanding.add(slot)
+        self._enqueue(lane, slot)
         return future
 
     def _partition_of(self, group_id: str | None) -> int:
@@ -338,5 +363,5 @@ class RayGroupClient(GroupApi):
                 slot.future.set_exception(exception)
             else:
                 slot.future.set_result(response)
-        except InvalidStateError:  # its caller cancelled it meanwhile (a timeout in its own thread)
+        except (InvalidStateError, asyncio.InvalidStateError):  # its caller cancelled it meanwhile
             pass

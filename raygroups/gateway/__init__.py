@@ -83,7 +83,7 @@ def start(cluster: Any, *, host: str = "127.0.0.1", port: int = 0, source: Sourc
     try:
         broker = Broker(deployment, source, topology, f"raygroups-{getattr(cluster, 'namespace', 'local')}",
                         limits.fetch_max_bytes)
-        listener = Listener(broker, limits)
+        listener = Listener(broker, limits, loop=None if own_client is None else own_client.loop)
         bound_host, bound_port = listener.start(host, port)
     except BaseException as e:
         if broker is not None:

@@ -94,11 +94,13 @@ class KafkaApi:
 async def _group_call(broker: Any, request: Any) -> Any:
     """Send a coordinator request through the group API; a value the registry's validation refuses is
     answered INVALID_REQUEST by its entry, as a shard answers a malformed request."""
+    client = broker.client
+    here = getattr(client, "loop", None) is asyncio.get_running_loop()  # the listener runs on the client's loop
     try:
-        future = broker.client.send(request)
+        future = client.send_here(request) if here else client.send(request)
     except (TypeError, ValueError):
         return REQUESTS.spec(request).error_response(request, Errors.INVALID_REQUEST)
-    return await asyncio.wrap_future(future)
+    return await (future if here else asyncio.wrap_future(future))
 
 
 async def join_group(broker: Any, call: Call) -> dict:

@@ -235,7 +235,7 @@ class NodeListener:
         with self._lock:
             if self._closed:
                 return True
-            listener = Listener(self._broker, self._limits)
+            listener = Listener(self._broker, self._limits, loop=self._client.loop)
             try:
                 _, bound_port = listener.start(host, port)
             except OSError as e:

@@ -77,24 +77,36 @@ class _Close(Exception):
 
 
 class Listener:
-    """Serves Kafka requests for one ``Broker`` on its own event loop thread. ``stop()`` closes the
-    listening socket and every connection, and ends the thread; it is idempotent."""
+    """Serves Kafka requests for one ``Broker`` on an event loop: its own, on a thread of its own, or
+    (``loop``) the loop of the group client it forwards to, so that a request crosses no thread between the
+    socket and the client. ``stop()`` closes the listening socket and every connection, and ends its own
+    thread (a loop it was given stays its owner's); it is idempotent."""
 
-    def __init__(self, broker, limits: GatewayLimits) -> None:
+    def __init__(self, broker, limits: GatewayLimits, loop: asyncio.AbstractEventLoop | None = None) -> None:
         self.broker = broker
         self.limits = limits
-        self.loop = asyncio.new_event_loop()
+        self._owns_loop = loop is None
+        self.loop = asyncio.new_event_loop() if loop is None else loop
         self._server: asyncio.Server | None = None
         self._connections: dict[asyncio.Task, _Connection] = {}
-        self._thread = threading.Thread(target=self.loop.run_forever, name="raygroups-gateway", daemon=True)
+        self._thread = threading.Thread(target=self.loop.run_forever, name="raygroups-gateway", daemon=True) \
+            if self._owns_loop else None
+        self._loop_thread_id: int | None = None  # the loop's thread, once it ran something of ours
         self._stop_lock = threading.Lock()
         self._closing = False
+        self._stopped = False
         self.requests: dict[str, int] = {}
         self.closed_connections: dict[str, int] = {}
         self._loop_cpu_s = 0.0  # the loop thread's CPU time, as last read on it
 
+    def _loop_runs(self) -> bool:
+        if self._thread is not None:
+            return self._thread.is_alive() and not self.loop.is_closed()
+        return not self.loop.is_closed() and self.loop.is_running()
+
     def start(self, host: str, port: int) -> tuple[str, int]:
-        self._thread.start()
+        if self._thread is not None:
+            self._thread.start()
         try:
             return asyncio.run_coroutine_threadsafe(self._listen(host, port), self.loop).result(timeout=30)
         except BaseException:
@@ -102,20 +114,24 @@ class Listener:
             raise
 
     async def _listen(self, host: str, port: int) -> tuple[str, int]:
+        self._loop_thread_id = threading.get_ident()
         self._server = await asyncio.start_server(self._connection, host, port, reuse_address=True)
         bound = self._server.sockets[0].getsockname()
         return bound[0], bound[1]
 
     def stop(self) -> None:
         with self._stop_lock:
-            if self.loop.is_closed():
+            if self._stopped:
                 return
-            if self._thread.is_alive():
+            self._stopped = True
+            if self._loop_runs():
                 with contextlib.suppress(Exception):
                     asyncio.run_coroutine_threadsafe(self._close(), self.loop).result(timeout=10)
             self._stop_loop()
 
     def _stop_loop(self) -> None:
+        if self._thread is None:
+            return  # the loop is its owner's to stop
         if self._thread.is_alive():
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(timeout=10)
@@ -138,9 +154,10 @@ class Listener:
         """Requests served by API name, connections open, connections closed by reason, what the open
         connections hold (``read_ahead_frames`` and ``read_ahead_bytes``: frames read and not yet answered;
         ``unsent_bytes``: answers not yet taken by the sockets), and the CPU seconds the listener's event
-        loop thread has used. After ``stop()``: the counters, nothing open."""
+        loop thread has used (the group client's work included, when the listener runs on its loop). After
+        ``stop()``: the counters, nothing open."""
         def read() -> dict:
-            if self._thread is threading.current_thread():
+            if self._loop_thread_id == threading.get_ident():
                 self._loop_cpu_s = time.thread_time()
             conns = list(self._connections.values())
             return {"requests": dict(self.requests), "connections": len(conns),
@@ -152,10 +169,10 @@ class Listener:
         async def on_loop() -> dict:
             return read()
         try:
-            if not self.loop.is_closed() and self._thread.is_alive():
+            if not self._stopped and self._loop_runs():
                 return asyncio.run_coroutine_threadsafe(on_loop(), self.loop).result(timeout=10)
         except (RuntimeError, concurrent.futures.TimeoutError):
-            if self._thread.is_alive():
+            if self._loop_runs():
                 raise
         return read()  # stopped (or stopping): nothing runs on the loop any more
 
