@@ -136,17 +136,12 @@ class RayGroupClient(GroupApi):
 
     def _submit(self, request: Any, validated: bool = False) -> Future:
         # ``validated`` or not, the shard checks what arrives: it cannot tell this client from a raw call.
-        if self._closed:
-            raise RuntimeError("this client is closed")
-        spec = REQUESTS.spec(request)
-        lane = None
-        if self._max_batch > 1 and spec.lane is not None:
-            lane = spec.lane_of(request, self._partition_of(request.group_id))
+        lane = self._lane_for(request)
         if lane is None:
             return asyncio.run_coroutine_threadsafe(self._call(request), self._loop)
         # Coalesced: the request joins the loop's inbox; one wake-up of the loop takes all that arrived.
         future: Future = Future()
-        slot = _Slot(request, future, time.monotonic() + self._timeout_ms(request) / 1000.0)
+        slot = self._slot(request, future)
         with self._inbox_lock:
             if self._closed:
                 raise RuntimeError("this client is closed")
@@ -155,6 +150,18 @@ class RayGroupClient(GroupApi):
         if wake:
             self._loop.call_soon_threadsafe(self._drain_inbox)
         return future
+
+    def _lane_for(self, request: Any) -> tuple | None:
+        """The lane the request coalesces in, or None to send it alone; RuntimeError once closed."""
+        if self._closed:
+            raise RuntimeError("this client is closed")
+        spec = REQUESTS.spec(request)
+        if self._max_batch > 1 and spec.lane is not None:
+            return spec.lane_of(request, self._partition_of(request.group_id))
+        return None
+
+    def _slot(self, request: Any, future: Any) -> _Slot:
+        return _Slot(request, future, time.monotonic() + self._timeout_ms(request) / 1000.0)
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -166,16 +173,11 @@ class RayGroupClient(GroupApi):
         as a future of that loop, with no thread crossed either way. Validated, routed, coalesced and retried
         exactly as ``send``."""
         request = REQUESTS.spec(request).validate(request, self.config.message_max_bytes)
-        if self._closed:
-            raise RuntimeError("this client is closed")
-        spec = REQUESTS.spec(request)
-        lane = None
-        if self._max_batch > 1 and spec.lane is not None:
-            lane = spec.lane_of(request, self._partition_of(request.group_id))
+        lane = self._lane_for(request)
         if lane is None:
             return self._loop.create_task(self._call(request))
         future = self._loop.create_future()
-        slot = _Slot(request, future, time.monotonic() + self._timeout_ms(request) / 1000.0)
+        slot = self._slot(request, future)
         self._outstanding.add(slot)
         self._enqueue(lane, slot)
         return future
