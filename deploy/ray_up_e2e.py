@@ -446,6 +446,14 @@ def phase_kafka_group(stop_file: str, out_file: str) -> dict:
     return json.loads(Path(out_file).read_text())
 
 
+def _read_json(path: Path) -> dict:
+    """A JSON file another process rewrites as it goes: {} while it is missing or half written."""
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+
+
 def kafka_group_facts(out_file: str, powered_off_at: float, expected_file: str) -> dict:
     """What the Kafka group did: commits before and after the power-off, the longest pause between two
     acknowledged commits around it (what a librdkafka client sees of the failover), and its acknowledged
@@ -469,6 +477,7 @@ PHASES = {"workload": phase_workload, "check": phase_check, "rejoined": phase_re
 
 # --- the run ---------------------------------------------------------------------------------------------
 AUTOSCALER_RESTART_S = 300  # how long a powered-on host is left to Ray's autoscaler
+RAYLET_SETTLED_S = 60  # a raylet still running this long after it appeared has registered
 
 
 def ray_restarted(host, config: Path) -> str:
@@ -479,10 +488,17 @@ def ray_restarted(host, config: Path) -> str:
     worker start commands on the host, as docs/operations.md says. Returns who restarted it."""
     import yaml
 
+    def raylet_runs() -> bool:
+        return testhosts.ssh(host, "pgrep -f '[r]aylet/raylet' >/dev/null", check=False, timeout_s=30).returncode == 0
+
     deadline = time.monotonic() + AUTOSCALER_RESTART_S
     while time.monotonic() < deadline:
-        if testhosts.ssh(host, "pgrep -f '[r]aylet/raylet' >/dev/null", check=False, timeout_s=30).returncode == 0:
-            return "autoscaler"
+        if raylet_runs():
+            # A raylet that cannot register aborts within its waits (15 s for its agent's port, 30 s to
+            # register): one still running a minute later has joined.
+            time.sleep(RAYLET_SETTLED_S)
+            if raylet_runs():
+                return "autoscaler"
         time.sleep(5)
     commands = yaml.safe_load(config.read_text())["worker_start_ray_commands"]
     script = "; ".join(c.strip().replace("$RAY_HEAD_IP", HEAD.ip) for c in commands)
@@ -538,7 +554,7 @@ def main(argv: list[str] | None = None) -> int:
                                  env=launcher_env(), stdout=subprocess.DEVNULL,
                                  stderr=open(run.out / "phase-kafka.log", "w"))
         run.step("a confluent-kafka group of 2 commits through the hosts' Kafka listeners", _wait,
-                 lambda: kafka_out.exists() and len(json.loads(kafka_out.read_text())["acked"]) == 6, 120,
+                 lambda: len(_read_json(kafka_out).get("acked", ())) == 6, 120,
                  "the Kafka group's commits on all 6 partitions")
         leaders = run.facts["workload"]["leaders"]
         victim = testhosts.by_name(max((n for n in leaders if n), key=lambda n: leaders[n]))

@@ -321,7 +321,7 @@ class _Round:
                 # First sight of this actor: created by the last round (keep its start time) or unknown.
                 ours = t is not None and t.actor_id is None and t.node == a.leader
                 t = ShardTrack(a.leader, t.since_ms if ours else self.now, o.actor_id)
-            if o.actor_state in STARTING and t.first_answer_ms is not None:
+            if o.actor_state in STARTING and (t.first_answer_ms is not None or t.running_ms is not None):
                 t = ShardTrack(a.leader, self.now, o.actor_id)  # Ray is restarting it: a new start
             if o.answer is not None:
                 t = replace(t, first_answer_ms=t.first_answer_ms or self.now, last_answer_ms=self.now,

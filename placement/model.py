@@ -15,9 +15,10 @@ from raygroups.placement.plan import PartitionAssignment
 
 # Ray's actor states in which an actor is not running yet (or again): not silence.
 STARTING = frozenset({"DEPENDENCIES_UNREADY", "PENDING_CREATION", "RESTARTING"})
-# A shard whose process Ray has not started yet waits in its node's queue of worker starts (Ray starts as
-# many at once as the node has CPUs); a new actor would wait in the same queue, so that wait is bounded
-# this many times ``shard_start_timeout_ms``, and the start timeout itself counts from when the process runs.
+# A shard Ray has not reported ALIVE yet (PENDING_CREATION: waiting in its node's queue of worker starts,
+# which starts as many at once as the node has CPUs, then importing and constructing) would be replaced by
+# an actor waiting in the same queue, or on a loaded machine in another node's as long; so that wait is
+# bounded this many times ``shard_start_timeout_ms``, and the start timeout itself counts from ALIVE.
 QUEUED_START_FACTOR = 5
 # Partition states a healthy shard answers with: not loaded yet, loading, serving.
 HEALTHY = frozenset({"INITIAL", "LOADING", "ACTIVE"})
@@ -106,7 +107,7 @@ class ShardTrack:
     node: str  # where it was asked to run (or was found)
     since_ms: int  # when this start began (creation, or a restart Ray reported)
     actor_id: str | None = None
-    running_ms: int | None = None  # when its process was first seen running (Ray: ALIVE)
+    running_ms: int | None = None  # when Ray first reported it ALIVE (its process up, its constructor done)
     unanswered_ms: int | None = None  # the first probe left unanswered since its last answer
     first_answer_ms: int | None = None
     last_answer_ms: int | None = None

@@ -195,11 +195,13 @@ class RayGroupClient(GroupApi):
             self._outstanding.add(slot)
             self._enqueue(lane, slot)
 
-    def _handle(self, partition: int):
+    async def _handle(self, partition: int):
+        """The partition's shard actor handle, cached; a lookup (GCS calls that block) runs off the loop,
+        which serves a Kafka gateway's connections too (ValueError if no such actor)."""
         with self._handles_lock:
             handle = self._handles.get(partition)
         if handle is None:
-            handle = Directory(self.namespace).shard(partition)
+            handle = await asyncio.to_thread(Directory(self.namespace).shard, partition)
             with self._handles_lock:
                 self._handles[partition] = handle
         return handle
@@ -239,7 +241,7 @@ class RayGroupClient(GroupApi):
     async def _send_one(self, partition: int, request: Any) -> Any:
         self.batch_stats["single_calls"] += 1
         try:
-            return await self._handle(partition).handle.remote(request)
+            return await (await self._handle(partition)).handle.remote(request)
         except (ray.exceptions.RayError, ValueError):
             # The shard is dead, restarting or not yet named: a Kafka client sees NOT_COORDINATOR.
             self._forget(partition)
@@ -297,7 +299,7 @@ class RayGroupClient(GroupApi):
 
         retry: list[_Slot] = []
         try:
-            handle = self._handle(partition)
+            handle = await self._handle(partition)
             self.batch_stats["calls"] += 1
             self.batch_stats["requests"] += len(requests)
             if len(requests) == 1:

@@ -87,9 +87,8 @@ def deploy(address: str = "auto", *, data_dir: str | os.PathLike, namespace: str
             listener = _resumed_listeners(existing, description, namespace, listener)
         _warn_unlabelled()
         factory = ActorFactory(namespace, num_partitions, cfg.to_properties(), data_dir, listener=listener)
-        if existing is None or "listeners" not in existing:
-            kv_put_json(DEPLOYMENT_KEY, {**(existing or description),
-                                         "listeners": None if listener is None else listener["kwargs"]}, namespace)
+        if existing is None:
+            kv_put_json(DEPLOYMENT_KEY, description, namespace)
         cluster = Cluster(namespace, num_partitions, cfg, data_dir, created=True, owns_ray=owns_ray,
                           owns_data_dir=False, replicated=True, factory=factory)
         controller = ensure_controller(namespace, _settings(cfg), factory)
@@ -102,6 +101,9 @@ def deploy(address: str = "auto", *, data_dir: str | os.PathLike, namespace: str
             if cause is not None:
                 raise ValueError(str(cause)) from None
             raise
+        if existing is not None and "listeners" not in existing:  # recorded before listeners: now it has them
+            kv_put_json(DEPLOYMENT_KEY, {**existing, "listeners": None if listener is None else listener["kwargs"]},
+                        namespace)
     except BaseException:
         if owns_ray and ray.is_initialized():
             ray.shutdown()

@@ -70,12 +70,15 @@ def parse_listen(value: str) -> tuple[str, int]:
 
 class RenewalWatch:
     """Which registrations are live, judged on this process's monotonic clock: one is live while its
-    renewal mark (the registering incarnation and its renewal count) changed, or was first seen, within
-    ``LISTENER_STALE_S`` of the watcher's clock. As Kafka's broker liveness goes by heartbeats received
-    (``BrokerHeartbeatManager``), never by comparing timestamps written on other hosts."""
+    renewal mark (the registering incarnation and its renewal count) changed within ``LISTENER_STALE_S`` of
+    the watcher's clock. A mark seen for the first time is not evidence of life (a dead node's
+    registration stays behind): it counts once it changes, a renewal later. As Kafka's broker liveness goes
+    by heartbeats received (``BrokerHeartbeatManager``), never by comparing timestamps written on other
+    hosts."""
 
     def __init__(self) -> None:
-        self._seen: dict[str, tuple[Any, float]] = {}  # node -> (renewal mark, when this watcher saw it)
+        # node -> (renewal mark, when this watcher saw it, whether it has seen the mark change)
+        self._seen: dict[str, tuple[Any, float, bool]] = {}
 
     def live(self, registrations: dict[str, dict], now: float | None = None) -> dict[str, dict]:
         now = time.monotonic() if now is None else now
@@ -83,9 +86,11 @@ class RenewalWatch:
         for name, r in registrations.items():
             mark = (r.get("incarnation"), r.get("renewal"))
             seen = self._seen.get(name)
-            if seen is None or seen[0] != mark:
-                seen = self._seen[name] = (mark, now)
-            if now - seen[1] <= LISTENER_STALE_S:
+            if seen is None:
+                seen = self._seen[name] = (mark, now, False)
+            elif seen[0] != mark:
+                seen = self._seen[name] = (mark, now, True)
+            if seen[2] and now - seen[1] <= LISTENER_STALE_S:
                 out[name] = r
         for name in self._seen.keys() - registrations.keys():
             del self._seen[name]

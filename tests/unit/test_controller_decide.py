@@ -83,6 +83,20 @@ def test_a_shard_queued_for_its_process_longer_than_the_start_timeout_is_left_to
     assert all(e["event"] != "failover" and e["event"] != "shard-restart" for e in w.events)
 
 
+def test_a_shard_restarted_by_ray_before_its_first_answer_starts_its_timers_anew():
+    # Its process ran (ALIVE, no answer yet), crashed, and Ray restarts it: it queues for a worker again,
+    # judged by the queued bound from the restart, not by the start timeout from its first process.
+    w = World(start_delay_ms=1_000, shard_start_timeout_ms=20_000)
+    w.paused.add("node-0")  # its processes run and never answer
+    w.run(15_000)
+    for s in w.shards.values():
+        if s.node == "node-0":
+            s.alive_at_ms = w.now + 10**9  # Ray restarts it from here (RESTARTING, then PENDING_CREATION)
+    w.paused.clear()
+    w.run(20_000)
+    assert not [e for e in w.events if e["event"] == "failover"]
+
+
 def test_a_shard_whose_process_runs_but_never_answers_is_replaced_after_the_start_timeout_from_then():
     w = World(start_delay_ms=30_000, shard_start_timeout_ms=20_000)
     w.paused.add("node-0")  # its processes run (ALIVE) and never answer
