@@ -37,7 +37,7 @@ from raygroups.deployment.seam import (
     write_topics,
 )
 from raygroups.gateway import register_topics
-from raygroups.gateway.node import NodeListener, parse_listen
+from raygroups.gateway.node import NodeListener, is_wildcard, parse_listen
 from raygroups.offsets_log.replica_state import read_node_descriptor, read_topics_file, write_node_descriptor
 from raygroups.placement.model import Settings
 from raygroups.placement.nodes import coordinator_nodes, unlabelled_warning
@@ -140,13 +140,12 @@ def listener_spec(listeners: object, advertised_host: object, source: object, wa
 
 
 def _every_node_can_listen_at(host: str) -> bool:
-    if host in ("", "localhost"):
+    if is_wildcard(host) or host == "localhost":
         return True
     try:
-        address = ipaddress.ip_address(host)
+        return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False  # a host name is one machine's
-    return address.is_unspecified or address.is_loopback
 
 
 def validate_deploy_args(address: object, data_dir: object, namespace: object, num_partitions: object,

@@ -12,7 +12,6 @@ through the same request registry as the Python client, and a source's topics ar
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import socket
 from typing import Any
 
@@ -20,7 +19,7 @@ from raygroups.client.ray_client import RayGroupClient
 from raygroups.coordinator.messages import check_int, check_type
 from raygroups.deployment.cluster import Cluster
 from raygroups.gateway.broker import Broker
-from raygroups.gateway.node import GATEWAY_RETRY_MS, Deployment, answering_listeners
+from raygroups.gateway.node import GATEWAY_RETRY_MS, Deployment, answering_listeners, is_wildcard
 from raygroups.gateway.server import GatewayLimits, Listener
 from raygroups.gateway.topology import BrokerAddress, SingleListener
 from raygroups.sources import Source
@@ -129,9 +128,6 @@ def register_topics(cluster: Any, source: Source) -> None:
 
 
 def _advertised(host: str, bound_host: str) -> str:
-    try:
-        if ipaddress.ip_address(bound_host).is_unspecified:
-            return socket.gethostname()
-    except ValueError:
-        pass
+    if is_wildcard(bound_host):
+        return socket.gethostname()
     return host or bound_host

@@ -16,6 +16,7 @@ on a thread every ``REFRESH_S`` and never on the event loop.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import logging
 import secrets
 import threading
@@ -50,6 +51,16 @@ BIND_RETRY_S = 5.0  # how often a node listener that cannot listen (its port tak
 # How long a listener's group client retries a retriable coordinator error before the Kafka client sees it
 # (then it asks FindCoordinator again, as it does with Kafka).
 GATEWAY_RETRY_MS = 2_000
+
+
+def is_wildcard(host: str) -> bool:
+    """Whether a listen host means every address of the machine (``""``, ``0.0.0.0``, ``::``)."""
+    if host == "":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        return False
 
 
 def node_id_of(node: str) -> int:
@@ -223,7 +234,6 @@ class NodeListener:
         self._listen = listen
         self._advertised_host = advertised_host
         self._lock = threading.Lock()
-        self._closed = False
         self._listener: Listener | None = None
         cfg = dataclasses.replace(CoordinatorConfig.from_properties(config), request_timeout_ms=GATEWAY_RETRY_MS)
         self._client = RayGroupClient(namespace, num_partitions, cfg)
@@ -231,14 +241,14 @@ class NodeListener:
         self._limits = GatewayLimits()
         self._broker = Broker(Deployment(self._client, namespace), load_source(source) if source else None,
                               self.topology, f"raygroups-{namespace}", self._limits.fetch_max_bytes)
-        self._retry = threading.Event()
+        self._closing = threading.Event()
         if not self._try_listen():
             threading.Thread(target=self._retry_listen, name="raygroups-listener-bind", daemon=True).start()
 
     def _try_listen(self) -> bool:
         host, port = parse_listen(self._listen)
         with self._lock:
-            if self._closed:
+            if self._closing.is_set():
                 return True
             listener = Listener(self._broker, self._limits, loop=self._client.loop)
             try:
@@ -251,14 +261,14 @@ class NodeListener:
                 return False
             # Kafka's advertised.listeners defaults to listeners; a wildcard address is no address to connect to.
             advertised = self._advertised_host or (
-                ray.util.get_node_ip_address() if host in ("", "0.0.0.0", "::") else host)
+                ray.util.get_node_ip_address() if is_wildcard(host) else host)
             self._listener = listener
             self.topology.start(BrokerAddress(node_id_of(self.node), advertised, bound_port))
             self.error = None
             return True
 
     def _retry_listen(self) -> None:
-        while not self._retry.wait(BIND_RETRY_S):
+        while not self._closing.wait(BIND_RETRY_S):
             if self._try_listen():
                 return
 
@@ -270,9 +280,8 @@ class NodeListener:
                 **({} if listener is None else listener.stats())}
 
     def close(self) -> None:
-        with self._lock:
-            self._closed = True
-        self._retry.set()
+        with self._lock:  # a bind under way finishes first; none starts after
+            self._closing.set()
         self.topology.stop()
         if self._listener is not None:
             self._listener.stop()

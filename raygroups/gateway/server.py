@@ -85,12 +85,11 @@ class Listener:
     def __init__(self, broker, limits: GatewayLimits, loop: asyncio.AbstractEventLoop | None = None) -> None:
         self.broker = broker
         self.limits = limits
-        self._owns_loop = loop is None
         self.loop = asyncio.new_event_loop() if loop is None else loop
         self._server: asyncio.Server | None = None
         self._connections: dict[asyncio.Task, _Connection] = {}
         self._thread = threading.Thread(target=self.loop.run_forever, name="raygroups-gateway", daemon=True) \
-            if self._owns_loop else None
+            if loop is None else None
         self._loop_thread_id: int | None = None  # the loop's thread, once it ran something of ours
         self._stop_lock = threading.Lock()
         self._closing = False
