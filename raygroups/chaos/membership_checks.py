@@ -9,7 +9,8 @@ the generations their ``commit`` operations carried:
   assignments and commits count: a JoinGroup answer is not durable, as in Kafka);
 * ``rebalance-on-failover`` -- a group reached a new generation (after the first one the history shows)
   with no membership change to cause it: no
-  consumer started or stopped by the workload, no consumer fault of that group, since the previous
+  consumer started or stopped by the workload, no consumer's first join (its actor may start long after the
+  workload asked for it), no consumer fault of that group, since the previous
   generation was acknowledged nor within the group's session plus rebalance timeout before the group was
   first seen rebalancing; the second round of a cooperative rebalance (after a generation that left
   partitions unowned) has its first round's cause (a coordinator failover alone must not make a group
@@ -121,11 +122,15 @@ def rebalances(history: History) -> dict[str, list[tuple[int, Operation]]]:
 
 
 def rebalance_causes(history: History) -> tuple[dict[str, list[float]], dict[str, float]]:
-    """Per group, the times of membership changes (the workload's, consumer faults and their ends), and the
-    allowance (session plus rebalance timeout, plus a margin) the workload declared for it."""
+    """Per group, the times of membership changes (the workload's, consumers' first joins, consumer faults
+    and their ends), and the allowance (session plus rebalance timeout, plus a margin) the workload declared
+    for it."""
     causes: dict[str, list[float]] = {}
     allowance: dict[str, float] = {}
     for op in history.operations:
+        if op.f == "join" and isinstance(op.invoke.value.get("group"), str):
+            causes.setdefault(op.invoke.value["group"], []).append(op.invoke.time)
+            continue
         if op.process != "workload":
             continue
         group = op.invoke.value.get("group")

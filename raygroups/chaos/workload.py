@@ -3,8 +3,10 @@ operations as history events.
 
 * ``ChaosConsumer`` (a Ray actor, one per consumer process of a group): a real ``raygroups.Consumer``
   working through a live ``SyntheticSource``. It records ``assign`` (generation, member, assignment, once
-  per new assignment), ``resume`` (the committed offset a newly assigned partition resumes from) and
-  ``commit`` (one partition per request, so every commit is one history operation). A commit rejected for
+  per new assignment), ``join`` (when its consumer first polls, which sends its first JoinGroup: the
+  membership change its start makes, which a loaded host may delay well after the workload started it),
+  ``resume`` (the committed offset a newly assigned partition resumes from) and ``commit`` (one partition
+  per request, so every commit is one history operation). A commit rejected for
   the member's generation is ``fail``; a timeout or any other error is ``info`` (it may have been written).
 * ``Probe`` (a thread of the benchmark's process): ``fetch`` of one partition's committed offset after
   another, round robin.
@@ -105,6 +107,9 @@ class ChaosConsumer:
     # --- the loop --------------------------------------------------------------------------------------
     def run(self) -> str | None:
         last_commit = time.monotonic()
+        joined = {"group": self.group}
+        self.events.add("invoke", "join", joined)
+        self.events.add("ok", "join", joined)
         try:
             while not self._stop.is_set():
                 self.consumer.poll(0.05)

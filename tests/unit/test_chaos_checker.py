@@ -207,6 +207,15 @@ def test_no_rebalance_from_a_coordinator_failover():
     # the first round's cause.
     h = H().start("c1").assign("c1", "m1", 1, [0, 1]).wait(30).start("c2").wait(60)
     assert h.assign("c1", "m1", 2, [0]).wait(60).assign("c1", "m1", 3, [0]).assign("c2", "m2", 3, [1]).check().ok
+    # A consumer whose actor started long after the workload asked for it (a loaded host) joins late: its
+    # first join is the cause, not the workload's start; without it the same history has no cause.
+    def late_join(joined: bool) -> H:
+        h = H().start("c1").start("c2").wait(30).assign("c1", "m1", 1, [0, 1]).wait(1)
+        if joined:
+            h.op("c2", "join", group=G)
+        return h.wait(1).assign("c1", "m1", 2, [0]).assign("c2", "m2", 2, [1])
+    assert late_join(True).check().ok
+    assert invariants(late_join(False).check()) == ["rebalance-on-failover"]
     # ... but not a round after a complete one.
     h = H().start("c1").assign("c1", "m1", 1, [0, 1]).wait(30).start("c2").wait(5).assign("c1", "m1", 2, [0])
     h.assign("c2", "m2", 2, [1]).wait(60).fault("node-kill", node="node-0")
