@@ -23,6 +23,7 @@ class _Prop:
     minimum: int
     maximum: int
     boolean: bool = False  # a true/false property (Kafka's boolean configs)
+    names: tuple[str, ...] = ()  # a list property: a comma-separated string of these names, in any order
 
 
 # Kafka property name -> (attribute, min, max). Defaults live on the dataclass.
@@ -51,6 +52,14 @@ _PROPERTIES: dict[str, _Prop] = {
     "unclean.leader.election.enable": _Prop("unclean_leader_election_enable", 0, 1, boolean=True),
     "client.linger.ms": _Prop("client_linger_ms", 0, 1_000),
     "client.max.batch.requests": _Prop("client_max_batch_requests", 1, 1_000),
+    "group.consumer.session.timeout.ms": _Prop("group_consumer_session_timeout_ms", 1, _INT_MAX),
+    "group.consumer.min.session.timeout.ms": _Prop("group_consumer_min_session_timeout_ms", 1, _INT_MAX),
+    "group.consumer.max.session.timeout.ms": _Prop("group_consumer_max_session_timeout_ms", 1, _INT_MAX),
+    "group.consumer.heartbeat.interval.ms": _Prop("group_consumer_heartbeat_interval_ms", 1, _INT_MAX),
+    "group.consumer.min.heartbeat.interval.ms": _Prop("group_consumer_min_heartbeat_interval_ms", 1, _INT_MAX),
+    "group.consumer.max.heartbeat.interval.ms": _Prop("group_consumer_max_heartbeat_interval_ms", 1, _INT_MAX),
+    "group.consumer.max.size": _Prop("group_consumer_max_size", 1, _INT_MAX),
+    "group.consumer.assignors": _Prop("group_consumer_assignors", 0, 0, names=("uniform", "range")),
     "shard.session.timeout.ms": _Prop("shard_session_timeout_ms", 500, 300_000),
     "shard.standby.enable": _Prop("shard_standby_enable", 0, 1, boolean=True),
     "shard.standby.per.partition": _Prop("shard_standby_per_partition", 0, 1, boolean=True),
@@ -81,6 +90,17 @@ class CoordinatorConfig:
     group_classic_max_pending_members: int = 100_000
     group_new_member_join_timeout_ms: int = 300_000
     group_coordinator_append_linger_ms: int = 5
+    # KIP-848 consumer groups (GroupCoordinatorConfig's group.consumer.*): the session timeout and heartbeat
+    # interval the coordinator gives its members, their bounds, the group size limit, and the server
+    # assignors (the first is the default; a member may name another of them).
+    group_consumer_session_timeout_ms: int = 45_000
+    group_consumer_min_session_timeout_ms: int = 45_000
+    group_consumer_max_session_timeout_ms: int = 60_000
+    group_consumer_heartbeat_interval_ms: int = 5_000
+    group_consumer_min_heartbeat_interval_ms: int = 5_000
+    group_consumer_max_heartbeat_interval_ms: int = 15_000
+    group_consumer_max_size: int = _INT_MAX
+    group_consumer_assignors: str = "uniform,range"
     delete_retention_ms: int = 86_400_000
     min_insync_replicas: int = 2
     replica_lag_time_max_ms: int = 30_000
@@ -132,6 +152,25 @@ class CoordinatorConfig:
                 f"({self.group_min_session_timeout_ms}) must be <= group.max.session.timeout.ms "
                 f"({self.group_max_session_timeout_ms})"
             )
+        # As Kafka's GroupCoordinatorConfig: each consumer setting within its bounds, the interval below the
+        # session timeout.
+        for setting, low, high in (("session.timeout.ms", self.group_consumer_min_session_timeout_ms,
+                                    self.group_consumer_max_session_timeout_ms),
+                                   ("heartbeat.interval.ms", self.group_consumer_min_heartbeat_interval_ms,
+                                    self.group_consumer_max_heartbeat_interval_ms)):
+            value = getattr(self, "group_consumer_" + setting.replace(".", "_"))
+            if not low <= value <= high:
+                raise ValueError(f"group.consumer.{setting} must be in [group.consumer.min.{setting} ({low}), "
+                                 f"group.consumer.max.{setting} ({high})], got {value}")
+        if self.group_consumer_heartbeat_interval_ms >= self.group_consumer_session_timeout_ms:
+            raise ValueError(f"group.consumer.heartbeat.interval.ms ({self.group_consumer_heartbeat_interval_ms}) "
+                             f"must be below group.consumer.session.timeout.ms "
+                             f"({self.group_consumer_session_timeout_ms})")
+
+    @property
+    def consumer_assignors(self) -> tuple[str, ...]:
+        """``group.consumer.assignors`` as names; the first is the default server assignor."""
+        return tuple(n.strip() for n in self.group_consumer_assignors.split(","))
 
     @property
     def offsets_retention_ms(self) -> int:
@@ -155,7 +194,7 @@ class CoordinatorConfig:
             kwargs[prop.attr] = value
         return cls(**kwargs)
 
-    def to_properties(self) -> dict[str, int]:
+    def to_properties(self) -> dict[str, int | str]:
         return {name: getattr(self, prop.attr) for name, prop in _PROPERTIES.items()}
 
 
@@ -169,6 +208,14 @@ def leadership_lease_s(session_timeout_ms: int) -> float:
 
 
 def _check(name: str, value: Any, prop: _Prop) -> None:
+    if prop.names:
+        if not isinstance(value, str):
+            raise TypeError(f"{name} must be a comma-separated string, got {type(value).__name__} {value!r}")
+        given = [n.strip() for n in value.split(",")]
+        unknown = [n for n in given if n not in prop.names]
+        if not value.strip() or unknown or len(set(given)) != len(given):
+            raise ValueError(f"{name} must name one or more of {', '.join(prop.names)} once each, got {value!r}")
+        return
     if prop.boolean:
         if not isinstance(value, bool):
             raise TypeError(f"{name} must be true or false, got {type(value).__name__} {value!r}")

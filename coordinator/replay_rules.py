@@ -9,8 +9,11 @@ What a record does (Kafka's ``GroupMetadataManager`` / ``OffsetMetadataManager``
    through its offsets: ``None`` in ``groups``) if the group is missing *at that moment*;
 2. ``OffsetCommitKey -> None`` (tombstone) deletes that offset, nothing else;
 3. ``GroupMetadataKey -> value`` sets the group's metadata;
-4. ``GroupMetadataKey -> None`` deletes the group (its offsets stay, as in Kafka, where offsets and group
-   metadata are removed by separate tombstones).
+4. ``GroupMetadataKey -> None`` deletes the group, of either type (its offsets stay, as in Kafka, where
+   offsets and group metadata are removed by separate tombstones; Kafka's ``removeGroup``);
+5. the KIP-848 ``ConsumerGroup*`` records build consumer groups (``consumer_group.replay_consumer_record``):
+   a value creates the group, replacing a simple one; a ``ConsumerGroupMetadataKey`` tombstone deletes it
+   (or a simple group of that id), and rule 1 creates no simple group while a consumer group exists.
 
 What survives, after a whole log (what a loader and a compactor must preserve):
 
@@ -29,6 +32,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from raygroups.coordinator.consumer_group import replay_consumer_record, undo_consumer_record
+from raygroups.coordinator.consumer_records import CONSUMER_GROUP_METADATA_KEY_TYPE, CONSUMER_GROUP_RECORD_TYPES
 from raygroups.coordinator.records import (
     GROUP_METADATA_KEY_TYPE,
     OFFSET_COMMIT_KEY_TYPE,
@@ -44,6 +49,7 @@ if TYPE_CHECKING:
     from raygroups.coordinator.state import DurableState
 
 _MISSING = object()
+CONSUMER_GROUP_TYPE_IDS = frozenset(t for t, _ in CONSUMER_GROUP_RECORD_TYPES.values())
 
 
 def apply(state: DurableState, key: RecordKey, value: RecordValue) -> tuple:
@@ -66,7 +72,7 @@ def apply(state: DurableState, key: RecordKey, value: RecordValue) -> tuple:
             if by_tp is None:
                 by_tp = offsets[group] = {}
             by_tp[tp] = value
-            if prev_group is _MISSING:
+            if prev_group is _MISSING and group not in state.consumer_groups:
                 state.groups[group] = None
         return ("o", group, tp, prev, prev_group)
     if type(key) is GroupMetadataKey:
@@ -77,17 +83,25 @@ def apply(state: DurableState, key: RecordKey, value: RecordValue) -> tuple:
             # must be in ``groups`` (``DurableState.offset_only_groups`` relies on it).
             state.group_offsets(group)
             state.groups.pop(group, None)
+            removed = state.consumer_groups.pop(group, None)
+            if removed is not None:
+                return ("g", group, None, removed, prev_group)
         else:
             if type(value) is not GroupMetadataValue:
                 raise TypeError(f"GroupMetadataKey needs a GroupMetadataValue, got {type(value).__name__}")
             state.groups[group] = value
         return ("g", group, None, None, prev_group)
-    raise TypeError(f"unknown record key type {type(key).__name__}")
+    return replay_consumer_record(state.consumer_groups, state.groups, key, value)
 
 
 def undo(state: DurableState, token: tuple) -> None:
     """Revert the record that returned ``token`` (the most recent one not yet undone)."""
+    if token[0] in ("cg", "cg-"):
+        undo_consumer_record(state.consumer_groups, state.groups, token)
+        return
     kind, group, tp, prev, prev_group = token
+    if kind == "g" and prev is not None:
+        state.consumer_groups[group] = prev
     if kind == "o":
         offsets = state.offsets_for_key(group, *tp)  # apply took the key out of what is pending
         if prev is _MISSING:
@@ -132,11 +146,12 @@ class GroupPresence:
                     self.commit_value_at[group] = position
                 else:
                     self.simple.add(group)
-        elif type_id == GROUP_METADATA_KEY_TYPE:
+        elif type_id == GROUP_METADATA_KEY_TYPE or type_id == CONSUMER_GROUP_METADATA_KEY_TYPE:
+            # A consumer group's deletion removes a simple group as a classic group's does (rule 5).
             if is_tombstone:
                 self.metadata_tombstone_at[group] = position
                 self.simple.discard(group)
-        else:
+        elif type_id not in CONSUMER_GROUP_TYPE_IDS:
             raise ValueError(f"unknown record type {type_id}")
 
     def observe_values(self, groups, position: int) -> None:

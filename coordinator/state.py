@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from raygroups.coordinator import replay_rules
+from raygroups.coordinator.consumer_group import ConsumerGroupData
 from raygroups.coordinator.records import GroupMetadataValue, OffsetCommitValue, RecordKey, RecordValue
 
 TopicPartition = tuple[str, int]
@@ -58,6 +59,8 @@ class DurableState:
         # or a request, brings a new string each time).
         self.topics = {} if topics is None else topics
         self._pending: PendingOffsets | None = None
+        # KIP-848 consumer groups; a group id is in at most one of ``groups`` and ``consumer_groups``.
+        self.consumer_groups: dict[str, ConsumerGroupData] = {}
 
     @property
     def offsets(self) -> dict[str, dict[TopicPartition, OffsetCommitValue]]:
@@ -122,8 +125,8 @@ class DurableState:
         """The groups with offsets but no entry in ``groups`` (their metadata was deleted and the offsets
         stay, as in Kafka). Exact with offsets pending: every group a pending offset belongs to is in
         ``groups``."""
-        groups = self.groups
-        return [g for g in self._offsets if g not in groups]
+        groups, consumer_groups = self.groups, self.consumer_groups
+        return [g for g in self._offsets if g not in groups and g not in consumer_groups]
 
     def replay(self, key: RecordKey, value: RecordValue) -> tuple:
         """Apply one record (``replay_rules.apply``); return a token that ``undo`` uses to revert exactly it."""
@@ -137,12 +140,24 @@ class DurableState:
         return None if by_tp is None else by_tp.get((topic, partition))
 
     def copy(self) -> DurableState:
-        return DurableState({g: dict(tps) for g, tps in self.offsets.items()}, dict(self.groups), self.topics)
+        copied = DurableState({g: dict(tps) for g, tps in self.offsets.items()}, dict(self.groups), self.topics)
+        copied.consumer_groups = {g: _copy_group(c) for g, c in self.consumer_groups.items()}
+        return copied
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, DurableState):
             return NotImplemented
-        return self.offsets == other.offsets and self.groups == other.groups
+        return (self.offsets == other.offsets and self.groups == other.groups
+                and self.consumer_groups == other.consumer_groups)
 
     def __repr__(self) -> str:
-        return f"DurableState(offsets={self.offsets!r}, groups={self.groups!r})"
+        return (f"DurableState(offsets={self.offsets!r}, groups={self.groups!r}, "
+                f"consumer_groups={self.consumer_groups!r})")
+
+
+def _copy_group(group: ConsumerGroupData) -> ConsumerGroupData:
+    copied = ConsumerGroupData(group.group_id)
+    for name in ConsumerGroupData.__slots__[1:]:
+        value = getattr(group, name)
+        setattr(copied, name, dict(value) if isinstance(value, dict) else value)
+    return copied

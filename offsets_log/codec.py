@@ -31,6 +31,9 @@ field's default):
 * GroupMetadata (type 2): v0 ``[protocol_type, generation, protocol, leader,
   current_state_timestamp_ms, members]``, a member being ``[member_id, group_instance_id, client_id,
   client_host, rebalance_timeout_ms, session_timeout_ms, subscription, assignment]``.
+* The KIP-848 consumer group records (types 3 and 5-8, ``coordinator.consumer_records``): key ``[type_id,
+  group]`` or ``[type_id, group, member_id]``; value v0 ``[0, *the value's fields in order]``, an assignment
+  being ``[[topic, [partition, ...]], ...]``.
 
 Guarantees: ``decode_payload(encode_batch(b)[8:]) == b`` for every batch of supported records; a frame
 whose bytes changed fails its CRC. Not guaranteed: detecting a frame replaced by another valid frame.
@@ -43,6 +46,7 @@ import zlib
 from collections.abc import Iterable
 
 import msgpack
+from raygroups.coordinator.consumer_records import CONSUMER_GROUP_RECORD_TYPES
 from raygroups.coordinator.records import (
     GROUP_METADATA_KEY_TYPE,
     OFFSET_COMMIT_KEY_TYPE,
@@ -71,6 +75,9 @@ MAX_BATCH_BYTES = 1 << 30
 OFFSET_COMMIT_VALUE_VERSIONS = {0: 4, 1: 5}  # version -> number of fields
 GROUP_METADATA_VALUE_VERSIONS = {0: 6}
 MEMBER_FIELDS = 8
+# Consumer group records: type id -> (key class, value class, number of key fields after the type id).
+CONSUMER_GROUP_TYPES = {type_id: (key, value, len(key.__slots__))
+                        for key, (type_id, value) in CONSUMER_GROUP_RECORD_TYPES.items()}
 
 _packer = msgpack.Packer(use_bin_type=True, autoreset=True)
 _pack = _packer.pack
@@ -89,7 +96,20 @@ def encode_key(key) -> bytes:
         return _pack((OFFSET_COMMIT_KEY_TYPE, key.group, key.topic, key.partition))
     if t is GroupMetadataKey:
         return _pack((GROUP_METADATA_KEY_TYPE, key.group))
+    consumer = CONSUMER_GROUP_RECORD_TYPES.get(t)
+    if consumer is not None:
+        return _pack((consumer[0], *(getattr(key, f) for f in t.__slots__)))
     raise RecordFormatError(f"cannot encode a record key of type {t.__name__}")
+
+
+def key_type_id(key) -> int:
+    """The type id of a record key object."""
+    t = type(key)
+    if t is OffsetCommitKey:
+        return OFFSET_COMMIT_KEY_TYPE
+    if t is GroupMetadataKey:
+        return GROUP_METADATA_KEY_TYPE
+    return CONSUMER_GROUP_RECORD_TYPES[t][0]
 
 
 def encode_offset_commit_key(group: str, topic: str, partition: int) -> bytes:
@@ -118,6 +138,9 @@ def decode_key(raw: bytes):
         return OffsetCommitKey(fields[1], fields[2], fields[3])
     if type_id == GROUP_METADATA_KEY_TYPE and len(fields) == 2:
         return GroupMetadataKey(fields[1])
+    consumer = CONSUMER_GROUP_TYPES.get(type_id)
+    if consumer is not None and len(fields) == consumer[2] + 1 and all(isinstance(f, str) for f in fields[1:]):
+        return consumer[0](*fields[1:])
     raise RecordFormatError(f"unknown record type {type_id} (key {fields!r}); written by a newer version?")
 
 
@@ -162,6 +185,9 @@ def encode_value(key, value) -> tuple | None:
             value.current_state_timestamp_ms,
             members,
         )
+    consumer = CONSUMER_GROUP_RECORD_TYPES.get(type(key))
+    if consumer is not None and t is consumer[1]:
+        return (0, *(getattr(value, f) for f in t.__slots__))
     raise RecordFormatError(f"cannot encode a {t.__name__} value under a {type(key).__name__}")
 
 
@@ -201,7 +227,17 @@ def decode_value(type_id: int, raw):
         return decode_offset_commit_value(raw)
     if type_id == GROUP_METADATA_KEY_TYPE:
         return decode_group_metadata_value(raw)
+    consumer = CONSUMER_GROUP_TYPES.get(type_id)
+    if consumer is not None:
+        return decode_consumer_group_value(type_id, raw)
     raise RecordFormatError(f"unknown record type {type_id}")
+
+
+def decode_consumer_group_value(type_id: int, raw):
+    """A consumer group record's value (v0) from its raw msgpack tuple."""
+    value_type = CONSUMER_GROUP_TYPES[type_id][1]
+    _check_version(value_type.__name__, {0: len(value_type.__slots__)}, raw)
+    return value_type(*raw[1:])
 
 
 # ------------------------------------------------------------------------------------------- batches
@@ -376,8 +412,7 @@ def batch_from_raw(p: tuple) -> Batch:
     records = []
     for i in range(0, len(flat), 2):
         key = decode_key(flat[i])
-        type_id = OFFSET_COMMIT_KEY_TYPE if type(key) is OffsetCommitKey else GROUP_METADATA_KEY_TYPE
-        records.append((key, decode_value(type_id, flat[i + 1])))
+        records.append((key, decode_value(key_type_id(key), flat[i + 1])))
     if len(p) == 10:
         return Batch(p[1], p[2], p[3], tuple(records), p[8], p[9])
     return Batch(p[1], p[2], p[3], tuple(records))

@@ -35,6 +35,7 @@ import time
 from dataclasses import dataclass
 
 import msgpack
+from raygroups.coordinator.consumer_records import CONSUMER_GROUP_METADATA_KEY_TYPE
 from raygroups.coordinator.records import GROUP_METADATA_KEY_TYPE, OFFSET_COMMIT_KEY_TYPE, OffsetCommitValue
 from raygroups.coordinator.replay_rules import GroupPresence
 from raygroups.coordinator.state import DurableState
@@ -42,6 +43,8 @@ from raygroups.offsets_log.codec import (
     FLAG_TOMBSTONES,
     FORMAT,
     RecordFormatError,
+    CONSUMER_GROUP_TYPES,
+    decode_consumer_group_value,
     decode_group_metadata_value,
     decode_key_fields,
     decode_offset_commit_value,
@@ -120,6 +123,10 @@ def state_digest(state: DurableState) -> str:
     for group in sorted(state.offsets):
         for tp in sorted(state.offsets[group]):
             h.update(repr((group, tp, state.offsets[group][tp])).encode())
+    if state.consumer_groups:
+        h.update(b"\0consumer groups\0")
+        for group in sorted(state.consumer_groups):
+            h.update(repr((group, state.consumer_groups[group].durable())).encode())
     return h.hexdigest()
 
 
@@ -250,9 +257,9 @@ def _install(last: dict, presence: GroupPresence, state: DurableState) -> None:
     if None in values:  # tombstones left nothing behind
         keys = [k for k, v in zip(keys, values, strict=True) if v is not None]
         values = [v for v in values if v is not None]
-    _install_metadata(_put_offsets(keys, values, state.topics, state.offsets), state.groups)
+    _install_metadata(_put_offsets(keys, values, state.topics, state.offsets), state)
     presence.values_survive(state.offsets)
-    _add_simple_groups(presence, state.groups)
+    _add_simple_groups(presence, state)
 
 
 def _install_lazy(last: dict, presence: GroupPresence, with_values: set, state: DurableState, where: str,
@@ -269,12 +276,12 @@ def _install_lazy(last: dict, presence: GroupPresence, with_values: set, state: 
     if set_aside is None and None in last.values():  # offsets deleted by tombstones
         last = {k: v for k, v in last.items() if v is not None}
     keys = [k for k, v in eager.items() if v is not None]
-    _install_metadata(_put_offsets(keys, [eager[k] for k in keys], state.topics, state.offsets), state.groups)
+    _install_metadata(_put_offsets(keys, [eager[k] for k in keys], state.topics, state.offsets), state)
     # Presence without decoding the pending keys: a group without a metadata tombstone is present once it
     # had any offset value, which a batch's header names (with tombstones, ``observe`` saw each record).
     presence.values_survive(with_values)
-    _add_simple_groups(presence, state.groups)
-    absent = [g for g in presence.metadata_tombstone_at if g not in state.groups]
+    _add_simple_groups(presence, state)
+    absent = [g for g in presence.metadata_tombstone_at if g not in state.groups and g not in state.consumer_groups]
     if absent:
         prefixes = tuple(offset_commit_key_prefix(g) for g in absent)
         orphans = [k for k in last if k.startswith(prefixes)]
@@ -282,19 +289,35 @@ def _install_lazy(last: dict, presence: GroupPresence, with_values: set, state: 
     state.attach_pending(RawOffsets(last, state.topics, where))
 
 
-def _add_simple_groups(presence: GroupPresence, groups: dict) -> None:
+def _add_simple_groups(presence: GroupPresence, state: DurableState) -> None:
+    groups, consumer_groups = state.groups, state.consumer_groups
     for group in presence.simple_groups():
-        if group not in groups:
+        if group not in groups and group not in consumer_groups:
             groups[group] = None
 
 
-def _install_metadata(records: list, groups: dict) -> None:
+def _install_metadata(records: list, state: DurableState) -> None:
+    """The surviving values that are not offsets. A consumer group exists exactly when the last record of
+    its ``ConsumerGroupMetadata`` key is a value: the coordinator deletes a group's other keys before that
+    one (``shard_consumer``), so last-write-wins per key leaves what replaying in order does."""
+    groups = state.groups
+    consumer = []
     for fields, value in records:
         type_id = fields[0]
         if type_id == GROUP_METADATA_KEY_TYPE:
             groups[fields[1]] = decode_group_metadata_value(value)
+        elif type_id in CONSUMER_GROUP_TYPES:
+            consumer.append((fields, value))
         else:
             raise RecordFormatError(f"unknown record type {type_id}")
+    if not consumer:
+        return
+    alive = {fields[1] for fields, _ in consumer if fields[0] == CONSUMER_GROUP_METADATA_KEY_TYPE}
+    # The group's metadata first (it creates the group), then its other keys.
+    for fields, value in sorted(consumer, key=lambda r: r[0][0] != CONSUMER_GROUP_METADATA_KEY_TYPE):
+        if fields[1] in alive:
+            key_type, _, _ = CONSUMER_GROUP_TYPES[fields[0]]
+            state.replay(key_type(*fields[1:]), decode_consumer_group_value(fields[0], value))
 
 
 def _decode_keys(keys: list[bytes]) -> tuple:
