@@ -33,7 +33,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from raygroups.coordinator.consumer_group import replay_consumer_record, undo_consumer_record
-from raygroups.coordinator.consumer_records import CONSUMER_GROUP_METADATA_KEY_TYPE, CONSUMER_GROUP_RECORD_TYPES
+from raygroups.coordinator.consumer_records import (
+    CONSUMER_GROUP_METADATA_KEY_TYPE,
+    CONSUMER_GROUP_RECORD_TYPES,
+)
 from raygroups.coordinator.records import (
     GROUP_METADATA_KEY_TYPE,
     OFFSET_COMMIT_KEY_TYPE,

@@ -40,10 +40,10 @@ from raygroups.coordinator.records import GROUP_METADATA_KEY_TYPE, OFFSET_COMMIT
 from raygroups.coordinator.replay_rules import GroupPresence
 from raygroups.coordinator.state import DurableState
 from raygroups.offsets_log.codec import (
+    CONSUMER_GROUP_TYPES,
     FLAG_TOMBSTONES,
     FORMAT,
     RecordFormatError,
-    CONSUMER_GROUP_TYPES,
     decode_consumer_group_value,
     decode_group_metadata_value,
     decode_key_fields,
