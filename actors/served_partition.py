@@ -45,7 +45,7 @@ class ServedPartition:
         self.wakeup: asyncio.Event | None = None  # set when a batch is open (``group_commit``)
         self.runtime = CoordinatorRuntime(
             num_partitions, config, WallClock(), AsyncioTimers, new_member_id,
-            append=None, on_pending=self._on_pending,
+            append=None, on_pending=self._on_pending, topics=lambda: self.topics,
         )
         self.ctx = self.runtime.contexts[partition]
         self.writer: PartitionWriter = LocalWriter(partition)  # a ReplicatedWriter replaces it at load

@@ -15,7 +15,6 @@ from ``shard_consumer`` (which never assigns a partition another member still ow
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
 
 from raygroups.coordinator.consumer_records import (
     EMPTY_ASSIGNMENT,
@@ -265,5 +264,16 @@ def undo_consumer_record(consumer_groups: dict[str, ConsumerGroupData], groups: 
         _set_slot(group, key, prev)
 
 
-def topics_of(assignment: Assignment) -> Mapping[str, tuple[int, ...]]:
-    return dict(assignment)
+def consumer_group_tombstones(group: ConsumerGroupData) -> list:
+    """Kafka's ``ConsumerGroup.createGroupTombstoneRecords``: every member's keys, the assignment epoch, then
+    the group's metadata (whose tombstone deletes the group)."""
+    records: list = []
+    for member_id in sorted(group.current):
+        records.append((ConsumerGroupCurrentMemberAssignmentKey(group.group_id, member_id), None))
+    for member_id in sorted(group.targets):
+        records.append((ConsumerGroupTargetAssignmentMemberKey(group.group_id, member_id), None))
+    records.append((ConsumerGroupTargetAssignmentMetadataKey(group.group_id), None))
+    for member_id in sorted(group.members):
+        records.append((ConsumerGroupMemberMetadataKey(group.group_id, member_id), None))
+    records.append((ConsumerGroupMetadataKey(group.group_id), None))
+    return records

@@ -50,6 +50,7 @@ class Errors(IntEnum):
     FENCED_INSTANCE_ID = 82
     GROUP_SUBSCRIBED_TO_TOPIC = 86
     UNSTABLE_OFFSET_COMMIT = 88
+    UNKNOWN_TOPIC_ID = 100
     FENCED_MEMBER_EPOCH = 110
     MISMATCHED_ENDPOINT_TYPE = 114
     UNSUPPORTED_ENDPOINT_TYPE = 115
@@ -98,6 +99,7 @@ class CoordinatorError(Exception):
     def __init__(self, error: Errors, message: str = "") -> None:
         super().__init__(f"{error.name}: {message}" if message else error.name)
         self.error = error
+        self.message = message
 
 
 class IllegalStateError(Exception):

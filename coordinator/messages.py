@@ -115,6 +115,9 @@ class OffsetFetchRequest:
     group_id: str | None
     partitions: tuple[tuple[str, int], ...] | None = None
     require_stable: bool = False
+    # OffsetFetch v9 (KIP-848): a consumer group member's id and epoch, checked when the id is given.
+    member_id: str | None = None
+    member_epoch: int = -1
 
 
 @dataclass(frozen=True)
@@ -408,12 +411,14 @@ def validate_offset_commit(req: OffsetCommitRequest, max_metadata_bytes: int) ->
 def validate_offset_fetch(req: OffsetFetchRequest) -> OffsetFetchRequest:
     check_group_id(req.group_id)
     check_type("require_stable", req.require_stable, bool)
+    check_type("member_id", req.member_id, str, nullable=True)
+    check_int("member_epoch", req.member_epoch)
     if req.partitions is None:
         return req
     if not isinstance(req.partitions, (list, tuple, set, frozenset)):
         raise TypeError(f"partitions must be a list of (topic, partition) or None, got {type(req.partitions).__name__}")
     parts = tuple(check_topic_partition("partitions", tp) for tp in req.partitions)
-    return OffsetFetchRequest(req.group_id, parts, req.require_stable)
+    return OffsetFetchRequest(req.group_id, parts, req.require_stable, req.member_id, req.member_epoch)
 
 
 def validate_group_ids(name: str, group_ids: Any) -> list[str | None]:

@@ -21,6 +21,14 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from raygroups.coordinator.consumer_messages import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+    DescribedConsumerGroup,
+    validate_consumer_group_describe,
+    validate_consumer_group_heartbeat,
+)
 from raygroups.coordinator.errors import Errors
 from raygroups.coordinator.messages import (
     Deferred,
@@ -249,6 +257,14 @@ OFFSET_DELETE = ApiSpec(
     handle=lambda shard, request, respond: shard.delete_offsets(request.group_id, list(request.partitions)),
 )
 
+CONSUMER_GROUP_HEARTBEAT = ApiSpec(
+    "ConsumerGroupHeartbeat", ConsumerGroupHeartbeatRequest, validate_consumer_group_heartbeat,
+    lambda request, error: ConsumerGroupHeartbeatResponse(error),
+    handle=lambda shard, request, respond: shard.consumer_group_heartbeat(request),
+    # Heartbeats of many members coalesce, as classic ones do; one call in flight per lane.
+    lane=LaneKind("consumer-heartbeat", one_in_flight=True),
+)
+
 
 # ----------------------------------------------------------------------------------------------
 # Served by the runtime over its partitions (the admin APIs)
@@ -320,6 +336,20 @@ def _delete_groups(runtime: CoordinatorRuntime, request: DeleteGroupsRequest, si
         )
 
 
+def _describe_consumer_groups(runtime: CoordinatorRuntime, request: ConsumerGroupDescribeRequest, sink: Sink) -> None:
+    out = []
+    for group_id in request.group_ids:
+        error, ctx = runtime.precheck(group_id, allow_empty=True)
+        out.append(DescribedConsumerGroup(group_id, error) if error is not Errors.NONE
+                   else ctx.shard.consumer_group_describe(dataclasses.replace(request, group_ids=(group_id,)))[0])
+    sink(out)
+
+
+def _merge_consumer_descriptions(request: ConsumerGroupDescribeRequest, parts: list) -> list:
+    described = {g.group_id: g for part in parts for g in part}
+    return [described[g] for g in request.group_ids]
+
+
 def _merge_dicts(request: Any, parts: list[dict]) -> dict:
     merged: dict = {}
     for part in parts:
@@ -342,6 +372,11 @@ DELETE_GROUPS = ApiSpec(
     lambda request, error: {g: error for g in request.group_ids},
     routing=Routing.PER_GROUP, serve=_delete_groups, merge=_merge_dicts,
 )
+CONSUMER_GROUP_DESCRIBE = ApiSpec(
+    "ConsumerGroupDescribe", ConsumerGroupDescribeRequest, validate_consumer_group_describe,
+    lambda request, error: [DescribedConsumerGroup(g, error) for g in request.group_ids],
+    routing=Routing.PER_GROUP, serve=_describe_consumer_groups, merge=_merge_consumer_descriptions,
+)
 
 REQUESTS = Registry((JOIN_GROUP, SYNC_GROUP, HEARTBEAT, LEAVE_GROUP, OFFSET_COMMIT, OFFSET_FETCH, OFFSET_DELETE,
-                     LIST_GROUPS, DESCRIBE_GROUPS, DELETE_GROUPS))
+                     LIST_GROUPS, DESCRIBE_GROUPS, DELETE_GROUPS, CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE))

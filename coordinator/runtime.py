@@ -17,7 +17,7 @@ log was ever reverted in memory (so replaying the log gives the live durable sta
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from raygroups.coordinator.clock import Clock, Timers
@@ -73,8 +73,10 @@ class CoordinatorRuntime:
         new_member_id: Callable[[str], str],
         append: Callable[[PartitionContext, list[Record]], None] | None,
         on_pending: Callable[[PartitionContext], None] | None = None,
+        topics: Callable[[], Mapping[str, int]] = dict,
     ) -> None:
         self.num_partitions = num_partitions
+        self._topics = topics
         self.config = config
         self.clock = clock
         self._new_timers = new_timers
@@ -262,7 +264,8 @@ class CoordinatorRuntime:
     # ------------------------------------------------------------------------------------------
     def new_shard(self, ctx: PartitionContext) -> GroupCoordinatorShard:
         return GroupCoordinatorShard(
-            ctx.partition, self.config, self.clock, self._new_timers(), self._new_member_id, self.run_timer(ctx)
+            ctx.partition, self.config, self.clock, self._new_timers(), self._new_member_id, self.run_timer(ctx),
+            self._topics,
         )
 
     def begin_load(self, partition: int, leader_epoch: int) -> PartitionContext | None:

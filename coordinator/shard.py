@@ -11,15 +11,16 @@ mapped error (Kafka's ``CoordinatorResult`` and ``CoordinatorRuntime``).
 
 Guarantees: given the same requests, clock and member-id generator, the same records and responses;
 generations never decrease; in one generation each member id is answered by one join completion.
-Not covered here: transactional offsets and KIP-848 consumer groups.
+KIP-848 consumer groups are ``shard_consumer``'s. Not covered here: transactional offsets.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from raygroups.coordinator.clock import Clock, Timers
 from raygroups.coordinator.config import CoordinatorConfig
+from raygroups.coordinator.consumer_group import consumer_group_tombstones
 from raygroups.coordinator.errors import CoordinatorError, Errors, IllegalStateError
 from raygroups.coordinator.group import ClassicGroup, GroupState, Member
 from raygroups.coordinator.messages import (
@@ -37,12 +38,13 @@ from raygroups.coordinator.messages import (
 )
 from raygroups.coordinator.records import GroupMetadataKey, Record, new_empty_group_metadata_record
 from raygroups.coordinator.result import Result, written
+from raygroups.coordinator.shard_consumer import ConsumerGroupMixin
 from raygroups.coordinator.shard_offsets import OffsetsMixin
 from raygroups.coordinator.shard_rebalance import RebalanceMixin, heartbeat_key, join_key, sync_key
 from raygroups.coordinator.state import DurableState
 
 
-class GroupCoordinatorShard(RebalanceMixin, OffsetsMixin):
+class GroupCoordinatorShard(RebalanceMixin, OffsetsMixin, ConsumerGroupMixin):
     def __init__(
         self,
         partition: int,
@@ -51,6 +53,7 @@ class GroupCoordinatorShard(RebalanceMixin, OffsetsMixin):
         timers: Timers,
         new_member_id: Callable[[str], str],
         run_timer: Callable[[Callable[[], Result]], None],
+        topics: Callable[[], Mapping[str, int]] = dict,
     ) -> None:
         self.partition = partition
         self.config = config
@@ -59,6 +62,9 @@ class GroupCoordinatorShard(RebalanceMixin, OffsetsMixin):
         self._new_member_id = new_member_id
         # The runtime runs every timer expiry as an operation: what it returns goes the way of a request's.
         self._run_timer = run_timer
+        # The topics the deployment knows (name -> partitions): what consumer groups are assigned from
+        # (Kafka's metadata image).
+        self.topics = topics
         self.state = DurableState()
         self.groups: dict[str, ClassicGroup] = {}
         # KIP-394 pending member ids of the groups in ``self.groups`` (group.classic.max.pending.members).
@@ -158,6 +164,15 @@ class GroupCoordinatorShard(RebalanceMixin, OffsetsMixin):
             respond.complete(JoinGroupResponse(Errors.INVALID_SESSION_TIMEOUT, member_id=req.member_id))
             return Result()
         is_unknown_member = req.member_id == UNKNOWN_MEMBER_ID
+        consumer_group = self.state.consumer_groups.get(req.group_id)
+        replaced: list[Record] = []
+        if consumer_group is not None:
+            if consumer_group.members or not is_unknown_member:
+                # Kafka routes classic members into a consumer group (KIP-848 interop): not supported here.
+                respond.complete(JoinGroupResponse(Errors.GROUP_ID_NOT_FOUND, member_id=req.member_id))
+                return Result()
+            # An empty consumer group gives way to a classic one (Kafka's maybeDeleteEmptyConsumerGroup).
+            replaced = consumer_group_tombstones(consumer_group)
         group = self.groups.get(req.group_id)
         is_new_group = group is None
         if group is None:
@@ -203,6 +218,8 @@ class GroupCoordinatorShard(RebalanceMixin, OffsetsMixin):
                         self._drop_group(group_id)
 
             result.write([new_empty_group_metadata_record(req.group_id, self.now_ms())], on_done)
+        if replaced and not (is_new_group and rejected):
+            result.records[:0] = replaced
         return result
 
     def _accept_joining_member(self, group: ClassicGroup, member_id: str) -> bool:

@@ -7,6 +7,7 @@ liveness helpers. Handlers that write return a ``Result`` (records + response); 
 
 from __future__ import annotations
 
+from raygroups.coordinator.consumer_group import consumer_group_tombstones
 from raygroups.coordinator.errors import CoordinatorError, Errors
 from raygroups.coordinator.group import ClassicGroup, GroupState
 from raygroups.coordinator.messages import (
@@ -31,8 +32,22 @@ from raygroups.coordinator.records import (
 from raygroups.coordinator.result import Result
 
 EXPIRATION_KEY = ("expire-group-metadata",)
+CONSUMER_GROUP_TYPE = "consumer"
 CLASSIC_GROUP_TYPE = "classic"
 _NO_OFFSET = PartitionOffset(-1, -1, "", Errors.NONE)
+
+
+def consumer_member_error(group, member_id: str | None, member_epoch: int, commit: bool) -> Errors | None:
+    """Kafka's ``ConsumerGroup.validateOffsetCommit`` / ``validateOffsetFetch``: without a member (epoch < 0;
+    for a commit, only while the group is empty; for a fetch, with no member id) anyone may; a member must
+    exist and give its current epoch."""
+    if member_epoch < 0 and (not group.members if commit else member_id is None):
+        return None
+    if member_id is None or member_id not in group.members:
+        return Errors.UNKNOWN_MEMBER_ID
+    if member_epoch != group.member_assignment(member_id).member_epoch:
+        return Errors.STALE_MEMBER_EPOCH
+    return None
 
 
 def java_length(s: str) -> int:
@@ -45,6 +60,12 @@ class OffsetsMixin:
     # OffsetCommit v8 (Kafka's OffsetMetadataManager.commitOffset, ClassicGroup.validateOffsetCommit)
     # ------------------------------------------------------------------------------------------
     def commit_offsets(self, req: OffsetCommitRequest) -> Result[OffsetCommitResponse]:
+        consumer_group = self.state.consumer_groups.get(req.group_id)
+        if consumer_group is not None:
+            error = consumer_member_error(consumer_group, req.member_id or None, req.generation_id, commit=True)
+            if error is not None:
+                return Result(response=OffsetCommitResponse({tp: error for tp in req.offsets}))
+            return self._offset_commit_records(req, created=False)
         group = self.groups.get(req.group_id)
         created = False
         if group is None:
@@ -62,6 +83,9 @@ class OffsetsMixin:
         if group.state in (GroupState.STABLE, GroupState.PREPARING_REBALANCE):
             # A commit keeps the classic member's session alive.
             self._reschedule_heartbeat(group, group.members[req.member_id])
+        return self._offset_commit_records(req, created)
+
+    def _offset_commit_records(self, req: OffsetCommitRequest, created: bool) -> Result[OffsetCommitResponse]:
         now = self.now_ms()
         expire = None if req.retention_time_ms == -1 else now + req.retention_time_ms
         errors: dict[tuple[str, int], Errors] = {}
@@ -84,8 +108,15 @@ class OffsetsMixin:
     # OffsetFetch (v8: -1 for unknown group or partition)
     # ------------------------------------------------------------------------------------------
     def fetch_offsets(self, req: OffsetFetchRequest) -> OffsetFetchResponse:
-        group = self.groups.get(req.group_id)
-        dead = group is None or group.is_in(GroupState.DEAD)
+        consumer_group = self.state.consumer_groups.get(req.group_id)
+        if consumer_group is not None:
+            error = consumer_member_error(consumer_group, req.member_id, req.member_epoch, commit=False)
+            if error is not None:
+                return OffsetFetchResponse(error)
+            dead = False
+        else:
+            group = self.groups.get(req.group_id)
+            dead = group is None or group.is_in(GroupState.DEAD)
         if req.partitions is None:
             by_tp = {} if dead else self.state.group_offsets(req.group_id) or {}
             return OffsetFetchResponse(Errors.NONE, {tp: _partition_offset(v) for tp, v in sorted(by_tp.items())})
@@ -125,6 +156,17 @@ class OffsetsMixin:
         # KafkaApis#handleDeleteGroupsRequest de-duplicates the ids: a repeated id is deleted once and
         # answered once (not NONE and then GROUP_ID_NOT_FOUND for the same group).
         for group_id in dict.fromkeys(group_ids):
+            consumer_group = self.state.consumer_groups.get(group_id)
+            if consumer_group is not None:
+                # Kafka's ConsumerGroup.validateDeleteGroup: only an Empty group goes, with its offsets.
+                if consumer_group.members:
+                    errors[group_id] = Errors.NON_EMPTY_GROUP
+                    continue
+                result.write([new_offset_commit_tombstone_record(group_id, topic, partition)
+                              for topic, partition in self.state.group_offsets(group_id) or {}])
+                result.write(consumer_group_tombstones(consumer_group))
+                errors[group_id] = Errors.NONE
+                continue
             group = self.groups.get(group_id)
             if group is None or group.is_in(GroupState.DEAD):
                 errors[group_id] = Errors.GROUP_ID_NOT_FOUND
@@ -173,6 +215,14 @@ class OffsetsMixin:
             if types and CLASSIC_GROUP_TYPE not in types:
                 continue
             out.append(ListedGroup(group.group_id, group.protocol_type or "", group.state.value, CLASSIC_GROUP_TYPE))
+        if types and CONSUMER_GROUP_TYPE not in types:
+            return out
+        for group_id, consumer_group in self.state.consumer_groups.items():
+            state = consumer_group.state().value
+            if states and state.lower() not in states:
+                continue
+            # A consumer group lists with the protocol type "consumer" (Kafka's ConsumerGroup.protocolType).
+            out.append(ListedGroup(group_id, CONSUMER_GROUP_TYPE, state, CONSUMER_GROUP_TYPE))
         return out
 
     def describe_group(self, group_id: str) -> DescribedGroup:
@@ -221,8 +271,26 @@ class OffsetsMixin:
                 removed.append(group)
         for group in removed:
             self._remove_group(group)
+        for consumer_group in list(self.state.consumer_groups.values()):
+            records.extend(self._expire_consumer_group(consumer_group, now, retention))
         self.schedule_expiration()
         return Result(records)
+
+    def _expire_consumer_group(self, group, now: int, retention: int) -> list:
+        """Kafka's ``ConsumerGroup.offsetExpirationCondition`` (from the commit timestamp) and
+        ``isSubscribedToTopic`` (the topics its members subscribe to, by name or regex): an offset of a topic
+        no member subscribes to expires; an empty group with no offset left is deleted."""
+        records = []
+        all_expired = True
+        subscribed = {topic for topic, _ in group.subscription_metadata} | set(group.topic_subscribers)
+        for (topic, partition), value in list((self.state.group_offsets(group.group_id) or {}).items()):
+            if topic not in subscribed and _expired(value, lambda v: v.commit_timestamp_ms, now, retention):
+                records.append(new_offset_commit_tombstone_record(group.group_id, topic, partition))
+            else:
+                all_expired = False
+        if all_expired and not group.members:
+            records.extend(consumer_group_tombstones(group))
+        return records
 
     # ------------------------------------------------------------------------------------------
     # Load / unload (Kafka's GroupMetadataManager.onLoaded / onUnloaded)
@@ -234,6 +302,7 @@ class OffsetsMixin:
         result = Result()
         for group_id in list(self.state.groups) + self.state.offset_only_groups():
             result.add(self._materialize_group(group_id))
+        self.on_consumer_groups_loaded()
         self.schedule_expiration()
         return result
 

@@ -84,6 +84,7 @@ class InProcessCoordinator(GroupApi):
             self._new_timers,
             member_id_generator or new_member_id,
             self._append,
+            topics=lambda: self._topics,
         )
         self.last_load_summaries: dict[int, LoadSummary] = {}
         for p in owned:

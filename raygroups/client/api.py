@@ -12,6 +12,10 @@ from concurrent.futures import Future
 from typing import Any
 
 from raygroups.coordinator.config import CoordinatorConfig
+from raygroups.coordinator.consumer_messages import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupHeartbeatRequest,
+)
 from raygroups.coordinator.messages import (
     DEFAULT_CLIENT_HOST,
     DeleteGroupsRequest,
@@ -67,14 +71,17 @@ class GroupApi:
 
     def commit_offsets(self, *, group_id, offsets, generation_id=-1, member_id="", group_instance_id=None,
                        retention_time_ms=-1) -> Future:
-        """OffsetCommit v8; ``offsets``: {(topic, partition): (offset, metadata[, leader_epoch])} →
-        ``OffsetCommitResponse`` (``.errors`` per partition)."""
+        """OffsetCommit v9; ``offsets``: {(topic, partition): (offset, metadata[, leader_epoch])} →
+        ``OffsetCommitResponse`` (``.errors`` per partition). For a consumer group (KIP-848),
+        ``generation_id`` is the member epoch."""
         return self.send(OffsetCommitRequest(group_id, offsets, generation_id, member_id, group_instance_id,
                                              retention_time_ms))
 
-    def fetch_offsets(self, *, group_id, partitions=None, require_stable=False) -> Future:
-        """OffsetFetch v8 (``partitions=None``: all) → ``OffsetFetchResponse`` (``.error, .offsets``)."""
-        return self.send(OffsetFetchRequest(group_id, partitions, require_stable))
+    def fetch_offsets(self, *, group_id, partitions=None, require_stable=False, member_id=None,
+                      member_epoch=-1) -> Future:
+        """OffsetFetch v9 (``partitions=None``: all; a consumer group member's ``member_id`` and
+        ``member_epoch`` are checked when the id is given) → ``OffsetFetchResponse`` (``.error, .offsets``)."""
+        return self.send(OffsetFetchRequest(group_id, partitions, require_stable, member_id, member_epoch))
 
     def list_groups(self, *, states_filter=None, types_filter=None) -> Future:
         """ListGroups v5 → ``ListGroupsResponse`` (``.error, .groups``)."""
@@ -87,6 +94,24 @@ class GroupApi:
     def delete_groups(self, group_ids) -> Future:
         """DeleteGroups v2 → ``{group_id: Errors}``."""
         return self.send(DeleteGroupsRequest(group_ids))
+
+    def consumer_group_heartbeat(self, *, group_id, member_id="", member_epoch=0, instance_id=None, rack_id=None,
+                                 rebalance_timeout_ms=-1, subscribed_topic_names=None, subscribed_topic_regex=None,
+                                 server_assignor=None, topic_partitions=None) -> Future:
+        """ConsumerGroupHeartbeat v1 (KIP-848; v0 when ``member_id`` is "" at epoch 0: the coordinator picks the
+        id) → ``ConsumerGroupHeartbeatResponse`` (``.error, .error_message, .member_id, .member_epoch,
+        .heartbeat_interval_ms, .assignment``). ``topic_partitions`` (what the member owns) and ``.assignment``
+        are ``{topic: sorted partitions}``; ``None`` is Kafka's null (not sent / unchanged)."""
+        return self.send(ConsumerGroupHeartbeatRequest(
+            group_id, member_id, member_epoch, instance_id, rack_id, rebalance_timeout_ms,
+            None if subscribed_topic_names is None else tuple(subscribed_topic_names) if not isinstance(
+                subscribed_topic_names, str) else subscribed_topic_names,
+            subscribed_topic_regex, server_assignor, topic_partitions, client_host=DEFAULT_CLIENT_HOST))
+
+    def consumer_group_describe(self, group_ids) -> Future:
+        """ConsumerGroupDescribe v0 → list of ``DescribedConsumerGroup`` in request order (``.group_id, .error,
+        .group_state, .group_epoch, .assignment_epoch, .assignor_name, .members``)."""
+        return self.send(ConsumerGroupDescribeRequest(group_ids))
 
     def delete_offsets(self, *, group_id, partitions) -> Future:
         """OffsetDelete v0 → ``OffsetDeleteResponse`` (``.error, .errors``)."""

@@ -26,6 +26,10 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
+from raygroups.coordinator.consumer_records import (
+    CONSUMER_GROUP_METADATA_KEY_TYPE,
+    CONSUMER_GROUP_RECORD_TYPES,
+)
 from raygroups.coordinator.records import GROUP_METADATA_KEY_TYPE, OFFSET_COMMIT_KEY_TYPE
 from raygroups.coordinator.state import DurableState
 from raygroups.offsets_log.codec import decode_key_fields
@@ -64,6 +68,10 @@ SNAPSHOT_FIELDS = (("group_id", "string", False), ("topic", "string", False), ("
                    ("commit_timestamp_ms", "long", False), ("expire_timestamp_ms", "long", True))
 
 
+KNOWN_TYPES = frozenset({OFFSET_COMMIT_KEY_TYPE, GROUP_METADATA_KEY_TYPE,
+                         *(type_id for type_id, _ in CONSUMER_GROUP_RECORD_TYPES.values())})
+
+
 def _struct(fields):
     from pyspark.sql import types as T
 
@@ -85,7 +93,7 @@ def _decode_segment(store: SegmentStore, ref: SegmentRef):
             fields = fields_of.get(kb)
             if fields is None:
                 fields = fields_of[kb] = decode_key_fields(kb)
-                if fields[0] not in (OFFSET_COMMIT_KEY_TYPE, GROUP_METADATA_KEY_TYPE):
+                if fields[0] not in KNOWN_TYPES:
                     raise ValueError(f"unknown record type {fields[0]} at offset {offset} of partition {ref.partition}")
             offsets.append(offset)
             keys.append(kb)
@@ -158,7 +166,9 @@ def keep_frame(records, *, delete_retention_ms: int, now_ms: int):
     from pyspark.sql import functions as F
 
     commit_value = (F.col("type_id") == OFFSET_COMMIT_KEY_TYPE) & ~F.col("tombstone")
-    metadata_tombstone = (F.col("type_id") == GROUP_METADATA_KEY_TYPE) & F.col("tombstone")
+    # A classic group's metadata tombstone, or a consumer group's (replay_rules: either removes the group).
+    metadata_tombstone = F.col("type_id").isin(GROUP_METADATA_KEY_TYPE, CONSUMER_GROUP_METADATA_KEY_TYPE) & F.col(
+        "tombstone")
     # Each key's last record (max_by over the offset: one row per key).
     last = records.groupBy("partition", "key").agg(
         F.max("offset").alias("last_pos"),
@@ -174,8 +184,10 @@ def keep_frame(records, *, delete_retention_ms: int, now_ms: int):
         F.max(F.when(commit_value, F.col("offset"))).alias("cv_at"),
         F.max(F.when(metadata_tombstone, F.col("offset"))).alias("mt_at"),
     )
-    metadata_last = last.where(F.col("type_id") == GROUP_METADATA_KEY_TYPE).select(
-        "partition", "group", (~F.col("tombstone")).alias("metadata_is_value"))
+    # As the reference compactor: a group whose keys other than offsets end in a value (its classic
+    # metadata, or a consumer group's records) is present by that value.
+    metadata_last = last.where(F.col("type_id") != OFFSET_COMMIT_KEY_TYPE).groupBy("partition", "group").agg(
+        F.max((~F.col("tombstone")).cast("int")).cast("boolean").alias("metadata_is_value"))
     surviving_values = last.where((F.col("type_id") == OFFSET_COMMIT_KEY_TYPE) & ~F.col("tombstone")).groupBy(
         "partition", "group").agg(F.max("last_pos").alias("sv_at"))
     needs = (

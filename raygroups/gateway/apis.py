@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from raygroups.coordinator.consumer_messages import ConsumerGroupDescribeRequest
 from raygroups.coordinator.errors import Errors
 from raygroups.coordinator.messages import (
     DeleteGroupsRequest,
@@ -34,6 +35,7 @@ from raygroups.coordinator.messages import (
     SyncGroupRequest,
 )
 from raygroups.coordinator.requests import REQUESTS
+from raygroups.gateway.consumer_apis import described_group_body, heartbeat_body, heartbeat_request, topic_id
 from raygroups.gateway.wire import Frame, ms
 
 NO_AUTHORIZED_OPERATIONS = -(2**31)  # Kafka's "not requested" value for authorized operations
@@ -192,7 +194,8 @@ async def offset_fetch(broker: Any, call: Call) -> dict:
     r = call.request
     if call.version >= 8:
         groups = await asyncio.gather(*(
-            _fetch_group(broker, g.group_id, g.topics, r.require_stable) for g in r.groups))
+            _fetch_group(broker, g.group_id, g.topics, r.require_stable, getattr(g, "member_id", None),
+                         getattr(g, "member_epoch", -1)) for g in r.groups))
         return {"throttle_time": 0, "groups": tuple(
             {"group_id": g.group_id, "topics": topics, "error_code": error}
             for g, (error, topics) in zip(r.groups, groups, strict=True))}
@@ -206,12 +209,15 @@ async def offset_fetch(broker: Any, call: Call) -> dict:
     return {"throttle_time": 0, "topics": topics, "error_code": error}
 
 
-async def _fetch_group(broker: Any, group_id: str, topics: Any, require_stable: bool) -> tuple[Errors, tuple]:
+async def _fetch_group(broker: Any, group_id: str, topics: Any, require_stable: bool, member_id: str | None = None,
+                       member_epoch: int = -1) -> tuple[Errors, tuple]:
     partitions = None if topics is None else tuple((t.name, p) for t in topics for p in t.partition_indexes)
     if not broker.serves_group(group_id):
         error, offsets = Errors.NOT_COORDINATOR, {}
     else:
-        response = await _group_call(broker, OffsetFetchRequest(group_id, partitions, require_stable))
+        # OffsetFetch v9 (KIP-848): a consumer group member gives its id and epoch.
+        response = await _group_call(broker, OffsetFetchRequest(group_id, partitions, require_stable, member_id,
+                                                                member_epoch))
         error, offsets = response.error, response.offsets
     if error is not Errors.NONE:
         return error, ()  # Kafka answers a group error with no topics (v2+; v0-1 see offset_fetch)
@@ -273,6 +279,24 @@ async def delete_groups(broker: Any, call: Call) -> dict:
         {"group_id": g, "error_code": results.get(g, Errors.NOT_COORDINATOR)} for g in names)}
 
 
+async def consumer_group_heartbeat(broker: Any, call: Call) -> dict:
+    r = call.request
+    if not broker.serves_group(r.group_id):
+        return heartbeat_body(Errors.NOT_COORDINATOR)
+    topics = await broker.topics() if r.topic_partitions is not None else {}
+    response = await _group_call(broker, heartbeat_request(r, topics, call.frame.client_id or "", call.client_host))
+    return heartbeat_body(response.error, response)
+
+
+async def consumer_group_describe(broker: Any, call: Call) -> dict:
+    r = call.request
+    mine = tuple(g for g in r.group_ids if broker.serves_group(g))
+    described = {d.group_id: d for d in (await _group_call(broker, ConsumerGroupDescribeRequest(mine)) if mine else [])}
+    operations = _if_asked(r, "include_authorized_operations", GROUP_OPERATIONS)
+    return {"throttle_time": 0, "groups": tuple(
+        described_group_body(g, described.get(g), operations, NO_AUTHORIZED_OPERATIONS) for g in r.group_ids)}
+
+
 def _by_topic(per_partition: dict, entry: Callable[[int, Any], dict], key: str = "name") -> tuple:
     topics: dict[str, list] = {}
     for (topic, partition), value in per_partition.items():
@@ -304,15 +328,25 @@ async def find_coordinator(broker: Any, call: Call) -> dict:
 async def metadata(broker: Any, call: Call) -> dict:
     r = call.request
     topics = await broker.topics()
-    wanted = None if r.topics is None or (call.version == 0 and not r.topics) else [t.name for t in r.topics]
-    names = sorted(topics) if wanted is None else wanted
+    wanted = None if r.topics is None or (call.version == 0 and not r.topics) else list(r.topics)
+    names = sorted(topics) if wanted is None else [t.name for t in wanted]
     brokers = broker.brokers()
     topic_operations = _if_asked(r, "include_topic_authorized_operations", TOPIC_OPERATIONS)
     entries = []
-    for name in names:
+    by_id = None
+    for i, name in enumerate(names):
+        if name is None:  # v10+: a topic asked for by id (KIP-516), as KIP-848 consumers do
+            by_id = by_id if by_id is not None else {topic_id(t): t for t in topics}
+            asked = wanted[i].topic_id
+            name = by_id.get(asked)
+            if name is None:
+                entries.append({"error_code": Errors.UNKNOWN_TOPIC_ID, "name": None, "topic_id": asked,
+                                "is_internal": False, "partitions": (),
+                                "topic_authorized_operations": NO_AUTHORIZED_OPERATIONS})
+                continue
         n = topics.get(name)
         if n is None:
-            entries.append({"error_code": Errors.UNKNOWN_TOPIC_OR_PARTITION, "name": name, "topic_id": 0,
+            entries.append({"error_code": Errors.UNKNOWN_TOPIC_OR_PARTITION, "name": name, "topic_id": 0,  # none
                             "is_internal": False, "partitions": (),
                             "topic_authorized_operations": NO_AUTHORIZED_OPERATIONS})
             continue
@@ -322,7 +356,7 @@ async def metadata(broker: Any, call: Call) -> dict:
             partitions.append({"error_code": Errors.NONE, "partition_index": p, "leader_id": leader,
                                "leader_epoch": 0, "replica_nodes": (leader,), "isr_nodes": (leader,),
                                "offline_replicas": ()})
-        entries.append({"error_code": Errors.NONE, "name": name, "topic_id": 0, "is_internal": False,
+        entries.append({"error_code": Errors.NONE, "name": name, "topic_id": topic_id(name), "is_internal": False,
                         "partitions": tuple(partitions), "topic_authorized_operations": topic_operations})
     return {"throttle_time": 0, "brokers": tuple(
         {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": None} for b in brokers),
@@ -404,14 +438,15 @@ async def create_topics(broker: Any, call: Call) -> dict:
 
 
 # Versions: what current clients negotiate (see docs/kafka-clients.md). Fetch stops at v12 and Metadata at
-# v12: from Fetch v13 clients address topics by id (KIP-516), which a source's topics do not have.
+# v12: from Fetch v13 clients address topic data by id (KIP-516); the ids Metadata gives (``topic_id``) are
+# for the KIP-848 APIs, which address topics by id only.
 API_TABLE: dict[int, KafkaApi] = {api.key: api for api in (
     KafkaApi(0, "Produce", 3, 9, produce),
     KafkaApi(1, "Fetch", 4, 12, fetch),
     KafkaApi(2, "ListOffsets", 1, 8, list_offsets),
     KafkaApi(3, "Metadata", 0, 12, metadata),
     KafkaApi(8, "OffsetCommit", 2, 9, offset_commit),
-    KafkaApi(9, "OffsetFetch", 1, 8, offset_fetch),
+    KafkaApi(9, "OffsetFetch", 1, 9, offset_fetch),
     KafkaApi(10, "FindCoordinator", 0, 4, find_coordinator),
     KafkaApi(11, "JoinGroup", 0, 9, join_group),
     KafkaApi(12, "Heartbeat", 0, 4, heartbeat),
@@ -424,5 +459,7 @@ API_TABLE: dict[int, KafkaApi] = {api.key: api for api in (
     KafkaApi(42, "DeleteGroups", 0, 2, delete_groups),
     KafkaApi(47, "OffsetDelete", 0, 0, offset_delete),
     KafkaApi(60, "DescribeCluster", 0, 1, describe_cluster),
+    KafkaApi(68, "ConsumerGroupHeartbeat", 0, 1, consumer_group_heartbeat),
+    KafkaApi(69, "ConsumerGroupDescribe", 0, 1, consumer_group_describe),
 )}
 API_VERSIONS_KEY = 18

@@ -21,8 +21,10 @@ pytestmark = [
 ]
 
 RECORDS = 30  # records per partition of every source topic
-TOPICS = {"split": 4, "kpy": 2, "aio": 3, "cadmin": 2, "parity": 4, "refused": 1, "coop": 3, "fenced": 3}
-CONFIG = {"group.initial.rebalance.delay.ms": 0, "group.min.session.timeout.ms": 10, "request.timeout.ms": 20_000}
+TOPICS = {"split": 4, "kpy": 2, "aio": 3, "cadmin": 2, "parity": 4, "refused": 1, "coop": 3, "fenced": 3, "k848": 6}
+CONFIG = {"group.initial.rebalance.delay.ms": 0, "group.min.session.timeout.ms": 10, "request.timeout.ms": 20_000,
+          # KIP-848 members heartbeat at the interval the coordinator gives them (5 s by default).
+          "group.consumer.heartbeat.interval.ms": 300, "group.consumer.min.heartbeat.interval.ms": 100}
 SESSION = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 300, "topic.metadata.refresh.interval.ms": 1000,
            "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 500, "retry.backoff.ms": 50}
 QUIET = logging.getLogger("tests.gateway.librdkafka")
@@ -106,6 +108,65 @@ def _poll_until(consumers, condition, what, on_message=None):
 
 def _partitions(consumer):
     return {tp.partition for tp in consumer.assignment()}
+
+
+# --- KIP-848: a confluent-kafka group with group.protocol=consumer -----------------------------------------
+def test_confluent_consumer_protocol_group_reconciles_without_stopping_the_others(deployment):
+    """librdkafka's KIP-848 consumer (``group.protocol=consumer``): two members split the topic; a third joins
+    while the two keep their partitions (no group-wide barrier: neither is ever left with none); the split
+    stays disjoint; one closes and the others take its partitions; commits and ConsumerGroupDescribe agree."""
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    cluster, gw = deployment
+    group, topic = "kip848", "k848"
+
+    def member():
+        c = Consumer(_confluent(gw, **{"group.id": group, "group.protocol": "consumer",
+                                       "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                                       "topic.metadata.refresh.interval.ms": 1000, "retry.backoff.ms": 50}))
+        c.subscribe([topic])
+        return c
+
+    def split(consumers):
+        parts = [_partitions(c) for c in consumers]
+        union = set().union(*parts)
+        return parts if union == set(range(6)) and sum(map(len, parts)) == 6 and all(parts) else None
+
+    a, b = member(), member()
+    c = None
+    try:
+        _poll_until([a, b], lambda: split([a, b]), "two KIP-848 members to split the topic")
+        c = member()
+        smallest = {"a": 6, "b": 6}
+        deadline = time.monotonic() + DEADLINE_S
+        while not split([a, b, c]):
+            if time.monotonic() > deadline:
+                raise _timed_out("a third KIP-848 member to get its share")
+            for consumer in (a, b, c):
+                consumer.poll(0.05)
+            smallest["a"] = min(smallest["a"], len(_partitions(a)))
+            smallest["b"] = min(smallest["b"], len(_partitions(b)))
+        assert smallest["a"] > 0 and smallest["b"] > 0, smallest  # they kept consuming throughout
+        assert sorted(len(_partitions(x)) for x in (a, b, c)) == [2, 2, 2]
+        for x in (a, b, c):
+            x.commit(offsets=[TopicPartition(topic, p, 7) for p in _partitions(x)], asynchronous=False)
+        assert _committed(cluster, group, topic) == dict.fromkeys(range(6), 7)
+        (described,) = cluster.client().consumer_group_describe([group]).result(30)
+        assert described.group_state == "Stable" and len(described.members) == 3
+        assert {m.member_epoch for m in described.members} == {described.assignment_epoch}
+        admin = AdminClient(_confluent(gw))
+        (future,) = admin.describe_consumer_groups([group]).values()
+        seen = future.result(30)
+        assert len(seen.members) == 3 and str(seen.state).endswith("STABLE")
+        c.close()
+        c = None
+        _poll_until([a, b], lambda: split([a, b]), "the two left to take the third one's partitions")
+    finally:
+        for x in (a, b, c):
+            if x is not None:
+                x.close()
+    assert cluster.client().consumer_group_describe([group]).result(30)[0].group_state == "Empty"
 
 
 # --- 1. a confluent-kafka group of two -------------------------------------------------------------------

@@ -3,6 +3,18 @@
 from __future__ import annotations
 
 from hypothesis import strategies as st
+from raygroups.coordinator.consumer_records import (
+    ConsumerGroupCurrentMemberAssignmentKey,
+    ConsumerGroupCurrentMemberAssignmentValue,
+    ConsumerGroupMemberMetadataKey,
+    ConsumerGroupMemberMetadataValue,
+    ConsumerGroupMetadataKey,
+    ConsumerGroupMetadataValue,
+    ConsumerGroupTargetAssignmentMemberKey,
+    ConsumerGroupTargetAssignmentMemberValue,
+    ConsumerGroupTargetAssignmentMetadataKey,
+    ConsumerGroupTargetAssignmentMetadataValue,
+)
 from raygroups.coordinator.records import (
     GroupMetadataKey,
     GroupMetadataValue,
@@ -151,3 +163,76 @@ def stage_compacted(store, partition: int, run_id: str, closed: list[str], out_d
         crc, size = file_crc32(str(out_dir / name))
         outputs.append({"name": name, "base_offset": base, "bytes_out": size, "crc32_out": crc})
     return outputs
+
+
+# KIP-848 consumer groups, as the coordinator writes them (``shard_consumer``): a group is created by its
+# first member's records with the epoch record; a member leaves by the tombstones of its three keys and
+# an epoch bump; an empty group is deleted by the tombstones of its keys, its metadata's last; an empty
+# consumer group gives way to a classic one (and a classic or simple one to a consumer group) by tombstones
+# first. Offsets are committed and deleted at any time.
+@st.composite
+def consumer_histories(draw):
+    groups = ["g0", "g1"]
+    model = {g: {"cg": False, "members": [], "classic": False, "epoch": 0} for g in groups}
+    batches: list[list] = []
+    counter = 0
+    for _ in range(draw(st.integers(0, 24))):
+        g = draw(st.sampled_from(groups))
+        s = model[g]
+        op = draw(st.sampled_from(["commit", "commit", "uncommit", "join", "join", "update", "leave", "delete",
+                                   "classic", "unclassic"]))
+        batch: list = []
+
+        def cg_tombstones(g=g, s=s, batch=batch):
+            batch.append((ConsumerGroupTargetAssignmentMetadataKey(g), None))
+            batch.append((ConsumerGroupMetadataKey(g), None))
+            s["cg"], s["epoch"] = False, 0
+
+        if op == "commit":
+            batch.append((OffsetCommitKey(g, "t", draw(st.integers(0, 1))), draw(offset_commit_values)))
+        elif op == "uncommit":
+            batch.append((OffsetCommitKey(g, "t", draw(st.integers(0, 1))), None))
+        elif op == "join" and not (s["classic"] and not draw(st.booleans())):
+            if s["classic"]:
+                batch.append((GroupMetadataKey(g), None))  # an empty classic group gives way
+                s["classic"] = False
+            counter += 1
+            member = f"m{counter}"
+            s["members"].append(member)
+            s["epoch"] += 1
+            s["cg"] = True
+            batch.append((ConsumerGroupMemberMetadataKey(g, member), ConsumerGroupMemberMetadataValue(
+                draw(st.none() | st.just("i")), None, "c", "/h", ("t",), None, None, 1_000)))
+            batch.append((ConsumerGroupMetadataKey(g), ConsumerGroupMetadataValue(s["epoch"], (("t", 2),))))
+            batch.append((ConsumerGroupTargetAssignmentMemberKey(g, member),
+                          ConsumerGroupTargetAssignmentMemberValue((("t", (0,)),))))
+            batch.append((ConsumerGroupTargetAssignmentMetadataKey(g),
+                          ConsumerGroupTargetAssignmentMetadataValue(s["epoch"])))
+            batch.append((ConsumerGroupCurrentMemberAssignmentKey(g, member), ConsumerGroupCurrentMemberAssignmentValue(
+                s["epoch"], s["epoch"] - 1, "stable", (("t", (0,)),) if draw(st.booleans()) else (), ())))
+        elif op == "update" and s["members"]:
+            member = draw(st.sampled_from(s["members"]))
+            batch.append((ConsumerGroupCurrentMemberAssignmentKey(g, member), ConsumerGroupCurrentMemberAssignmentValue(
+                s["epoch"], s["epoch"], draw(st.sampled_from(["stable", "unrevoked_partitions"])), (),
+                (("t", (1,)),))))
+        elif op == "leave" and s["members"]:
+            member = s["members"].pop(draw(st.integers(0, len(s["members"]) - 1)))
+            batch.extend([(ConsumerGroupCurrentMemberAssignmentKey(g, member), None),
+                          (ConsumerGroupTargetAssignmentMemberKey(g, member), None),
+                          (ConsumerGroupMemberMetadataKey(g, member), None)])
+            s["epoch"] += 1
+            batch.append((ConsumerGroupMetadataKey(g), ConsumerGroupMetadataValue(s["epoch"], ())))
+        elif op == "delete" and s["cg"] and not s["members"]:
+            cg_tombstones()
+        elif op == "classic" and not s["members"]:
+            if s["cg"]:
+                cg_tombstones()  # an empty consumer group gives way to a classic one
+            batch.append((GroupMetadataKey(g), GroupMetadataValue("consumer", 1, "range", None, 0, ())))
+            s["classic"] = True
+        elif op == "unclassic" and s["classic"]:
+            batch.append((GroupMetadataKey(g), None))
+            s["classic"] = False
+        if batch:
+            cut = draw(st.integers(0, len(batch)))  # a write may span two batches (as appends coalesce)
+            batches.extend(b for b in (batch[:cut], batch[cut:]) if b)
+    return batches

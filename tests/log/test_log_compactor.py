@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from log_testlib import (
     append_all,
+    consumer_histories,
     histories,
     make_batches,
     narrow_histories,
@@ -29,7 +30,7 @@ from raygroups.offsets_log.compactor import compact_batches, compact_segments
 
 NO_FSYNC = {"fsync_for_testing": lambda fd: None}
 PROPS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-any_history = st.one_of(record_lists, histories, narrow_histories, offsets_only_histories)
+any_history = st.one_of(record_lists, histories, narrow_histories, offsets_only_histories, consumer_histories())
 
 
 def records_by_offset(batches):

@@ -7,6 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from log_testlib import (
     append_all,
+    consumer_histories,
     histories,
     make_batches,
     narrow_histories,
@@ -38,7 +39,7 @@ def load(directory, batches, segment_bytes=1 << 20, lazy=False) -> tuple[Durable
 
 
 @PROPS
-@given(recs=st.one_of(record_lists, histories, narrow_histories, offsets_only_histories), segment_bytes=st.integers(1024, 4096))
+@given(recs=st.one_of(record_lists, histories, narrow_histories, offsets_only_histories, consumer_histories()), segment_bytes=st.integers(1024, 4096))
 def test_fast_loader_equals_sequential_replay(tmp_path_factory, recs, segment_bytes):
     batches = make_batches(recs)
     state, summary = load(tmp_path_factory.mktemp("p"), batches, segment_bytes)
@@ -47,7 +48,7 @@ def test_fast_loader_equals_sequential_replay(tmp_path_factory, recs, segment_by
 
 
 @PROPS
-@given(recs=st.one_of(record_lists, histories, narrow_histories, offsets_only_histories),
+@given(recs=st.one_of(record_lists, histories, narrow_histories, offsets_only_histories, consumer_histories()),
        live=st.one_of(record_lists, histories), slice_size=st.integers(1, 5))
 def test_a_lazy_load_with_live_writes_and_slices_equals_sequential_replay(tmp_path_factory, recs, live, slice_size):
     """Loaded lazily, the offsets stay pending while groups (simple ones included) and the groups with
@@ -220,7 +221,7 @@ def test_loaded_offsets_share_topic_partitions_and_commit_timestamps(tmp_path):
 
 
 @PROPS
-@given(recs=st.one_of(record_lists, histories, narrow_histories, offsets_only_histories),
+@given(recs=st.one_of(record_lists, histories, narrow_histories, offsets_only_histories, consumer_histories()),
        cuts=st.lists(st.integers(0, 30), max_size=4), resend=st.integers(0, 3))
 def test_a_replayer_fed_in_pieces_as_a_standby_equals_sequential_replay(tmp_path_factory, recs, cuts, resend):
     """What a hot standby does: the log's payloads fed in pieces (each piece re-sending up to ``resend``

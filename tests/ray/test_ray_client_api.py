@@ -132,3 +132,48 @@ def test_connect_attaches_and_shutdown_removes_every_actor(ray_session, tmp_path
             ray.get_actor(f"raygroups-shard-{p}", namespace="test-connect")
     with pytest.raises(ValueError, match="no raygroups deployment"):
         connect(namespace="test-connect")
+
+
+def test_a_kip848_consumer_group_through_the_ray_client_survives_its_shard_restart(cluster):
+    """ConsumerGroupHeartbeat and ConsumerGroupDescribe through ``cluster.client()``: two members reconcile
+    (the second waits for the first to revoke), commit with their epochs, and after the group's shard is
+    killed and replays its log the group, its epochs and assignments are all there."""
+    from tests.conditions import wait_for
+
+    cluster.create_topic("events", 4)
+    client = cluster.client()
+    hb = client.consumer_group_heartbeat
+    a = hb(group_id="kg", rebalance_timeout_ms=10_000, subscribed_topic_names=["events"], topic_partitions={}).result(30)
+    assert a.error is Errors.NONE and a.member_epoch == 1 and a.assignment == {"events": [0, 1, 2, 3]}
+    b = hb(group_id="kg", member_id="b-id", rebalance_timeout_ms=10_000, subscribed_topic_names=["events"],
+           topic_partitions={}).result(30)
+    assert (b.member_id, b.member_epoch, b.assignment) == ("b-id", 2, {})
+    revoke = hb(group_id="kg", member_id=a.member_id, member_epoch=1, topic_partitions=a.assignment).result(30)
+    assert revoke.member_epoch == 1 and len(revoke.assignment["events"]) == 2
+    acked = hb(group_id="kg", member_id=a.member_id, member_epoch=1, topic_partitions=revoke.assignment).result(30)
+    assert acked.member_epoch == 2
+    got = hb(group_id="kg", member_id="b-id", member_epoch=2, topic_partitions={}).result(30)
+    assert sorted(got.assignment["events"] + revoke.assignment["events"]) == [0, 1, 2, 3]
+    commit = client.commit_offsets(group_id="kg", offsets={("events", 0): (9, "")}, generation_id=2,
+                                   member_id="b-id").result(30)
+    assert commit.errors == {("events", 0): Errors.NONE}
+    stale = client.commit_offsets(group_id="kg", offsets={("events", 0): (10, "")}, generation_id=1,
+                                  member_id="b-id").result(30)
+    assert stale.errors == {("events", 0): Errors.STALE_MEMBER_EPOCH}
+    before = client.consumer_group_describe(["kg", "nope"]).result(30)
+    assert before[0].group_state == "Stable" and before[1].error is Errors.GROUP_ID_NOT_FOUND
+    listed = client.list_groups(types_filter=["consumer"]).result(30).groups
+    assert [(g.group_id, g.group_type) for g in listed] == [("kg", "consumer")]
+
+    p = partition_for("kg", cluster.num_partitions)
+    pid = cluster.shard_status()[p]["pid"]
+    cluster.kill_shard(p)
+    wait_for(lambda: cluster.shard_status()[p]["pid"] != pid, what="the shard to restart")
+    cluster.wait_ready()
+    after = client.consumer_group_describe(["kg"]).result(30)[0]
+    assert (after.group_epoch, after.assignment_epoch, after.group_state) == (2, 2, "Stable")
+    assert [(m.member_id, m.member_epoch, m.assignment) for m in after.members] == [
+        (m.member_id, m.member_epoch, m.assignment) for m in before[0].members]
+    assert hb(group_id="kg", member_id="b-id", member_epoch=2).result(30).error is Errors.NONE
+    assert client.fetch_offsets(group_id="kg", member_id="b-id", member_epoch=2).result(30).offsets[
+        ("events", 0)].offset == 9

@@ -18,7 +18,14 @@ from raygroups.offsets_log.compactor import compact_segments
 from raygroups.offsets_log.segment import index_name
 from raygroups.offsets_log.store import SegmentStore
 
-from tests.log.log_testlib import append_all, histories, make_batches, narrow_histories, record_lists
+from tests.log.log_testlib import (
+    append_all,
+    consumer_histories,
+    histories,
+    make_batches,
+    narrow_histories,
+    record_lists,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 NO_FSYNC = {"fsync_for_testing": lambda fd: None}
@@ -34,7 +41,7 @@ def _epochs(n: int, bumps: list[int]) -> list[int]:
 
 
 partition_histories = st.tuples(
-    st.one_of(record_lists, histories, narrow_histories).filter(lambda r: len(r) > 4),
+    st.one_of(record_lists, histories, narrow_histories, consumer_histories()).filter(lambda r: len(r) > 4),
     st.lists(st.integers(0, 30), max_size=3),
 )
 

@@ -9,7 +9,7 @@ import importlib
 import inspect
 
 import pytest
-from raygroups.coordinator import messages
+from raygroups.coordinator import consumer_messages, messages
 from raygroups.coordinator.api import dispatch
 from raygroups.coordinator.errors import Errors
 from raygroups.coordinator.requests import REQUESTS, ApiSpec, LaneKind, Registry, Routing
@@ -24,14 +24,14 @@ DISPATCHERS = ("raygroups.coordinator.api", "raygroups.actors.shard_actor", "ray
 
 
 def _request_classes() -> set[type]:
-    return {c for name, c in vars(messages).items()
+    return {c for module in (messages, consumer_messages) for name, c in vars(module).items()
             if name.endswith("Request") and inspect.isclass(c) and dataclasses.is_dataclass(c)}
 
 
 def test_every_request_class_is_registered_once_under_its_kafka_name():
     assert {spec.request for spec in REQUESTS} == _request_classes()
     names = [spec.name for spec in REQUESTS]
-    assert len(set(names)) == len(names) == 10
+    assert len(set(names)) == len(names) == 12
     assert all(spec.request.__name__ == spec.name + "Request" for spec in REQUESTS)
 
 
@@ -41,12 +41,13 @@ def test_the_registry_holds_the_rules_the_dispatchers_used_to_switch_on():
     assert {n: s.while_loading for n, s in by_name.items() if s.while_loading is not None} == {
         "SyncGroup": Errors.REBALANCE_IN_PROGRESS, "Heartbeat": Errors.NONE}
     assert {n: s.routing for n, s in by_name.items() if s.routing is not Routing.GROUP} == {
-        "ListGroups": Routing.ALL, "DescribeGroups": Routing.PER_GROUP, "DeleteGroups": Routing.PER_GROUP}
+        "ListGroups": Routing.ALL, "DescribeGroups": Routing.PER_GROUP, "DeleteGroups": Routing.PER_GROUP,
+        "ConsumerGroupDescribe": Routing.PER_GROUP}
     join = messages.JoinGroupRequest("g", "", "consumer", (), 10_000, 60_000)
     assert by_name["JoinGroup"].client_timeout_ms(join, 30_000) == 65_000
     assert by_name["Heartbeat"].client_timeout_ms(messages.HeartbeatRequest("g", 1, "m"), 30_000) == 30_000
     assert {n for n, s in by_name.items() if s.lane is None} == {
-        "LeaveGroup", "OffsetDelete", "ListGroups", "DescribeGroups", "DeleteGroups"}
+        "LeaveGroup", "OffsetDelete", "ListGroups", "DescribeGroups", "DeleteGroups", "ConsumerGroupDescribe"}
 
 
 # --- a toy API: one entry and its handler ------------------------------------------------------------
