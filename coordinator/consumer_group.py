@@ -64,7 +64,7 @@ class ConsumerGroupData:
     """One consumer group's replayed records, with Kafka's derived indexes."""
 
     __slots__ = ("group_id", "group_epoch", "subscription_metadata", "assignment_epoch", "members", "targets",
-                 "current", "owners", "topic_subscribers", "regex_subscribers", "static_members")
+                 "current", "owners", "topic_subscribers", "regex_subscribers", "static_members", "assignor_inputs")
 
     __hash__ = None  # mutable
 
@@ -83,6 +83,9 @@ class ConsumerGroupData:
         self.topic_subscribers: dict[str, int] = {}
         self.regex_subscribers: dict[str, int] = {}
         self.static_members: dict[str, str] = {}
+        # Soft (a cache of ``shard_consumer``'s): member id -> (the target it was built from, the assignor's
+        # input for the member).
+        self.assignor_inputs: dict[str, tuple] = {}
 
     # --- what handlers read ---------------------------------------------------------------------------
     def partition_epoch(self, topic: str, partition: int) -> int:

@@ -288,15 +288,35 @@ class ConsumerGroupMixin:
         """Kafka's ``TargetAssignmentBuilder``: the server assignor over every member, then a record for each
         member whose target changed and one for the new assignment epoch."""
         name = self._preferred_assignor(members.values())
-        subscriptions = {
-            mid: MemberSubscription(self._member_topics(m, metadata), m.rack_id, from_assignment(targets.get(mid, ())))
-            for mid, m in members.items()}
+        # The assignor's input of a member whose subscription and target did not change since the last
+        # computation is the one built then (``assignor_inputs``: soft state, never written).
+        cache = group.assignor_inputs
+        topics_of: dict[tuple, frozenset[str]] = {}
+        subscriptions = {}
+        for mid, m in members.items():
+            target = targets.get(mid, ())
+            key = (m.subscribed_topic_names, m.subscribed_topic_regex)
+            topics = topics_of.get(key)
+            if topics is None:
+                topics = topics_of[key] = self._member_topics(m, metadata)
+            cached = cache.get(mid)
+            if cached is None or cached[0] is not target or cached[1].subscribed_topics != topics or \
+                    cached[1].rack_id != m.rack_id:
+                cached = cache[mid] = (target, MemberSubscription(topics, m.rack_id, from_assignment(target)))
+            subscriptions[mid] = cached[1]
+        for mid in [mid for mid in cache if mid not in members]:
+            del cache[mid]
         try:
             computed = ASSIGNORS[name].assign(subscriptions, metadata)
         except PartitionAssignorError as e:
             raise CoordinatorError(Errors.UNKNOWN_SERVER_ERROR, f"Failed to compute a new target assignment for "
                                    f"epoch {group_epoch}: {e}.") from None
-        new_targets = {mid: to_assignment(computed.get(mid, {})) for mid in members}
+        new_targets = {}
+        for mid in members:
+            result = computed.get(mid, {})
+            old = targets.get(mid, ())
+            # Unchanged (the common case for most members): the old target as it is, no conversion.
+            new_targets[mid] = old if result == subscriptions[mid].assignment else to_assignment(result)
         for mid in sorted(new_targets):
             if new_targets[mid] != targets.get(mid):
                 records.append((ConsumerGroupTargetAssignmentMemberKey(group.group_id, mid),

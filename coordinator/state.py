@@ -158,6 +158,8 @@ class DurableState:
 def _copy_group(group: ConsumerGroupData) -> ConsumerGroupData:
     copied = ConsumerGroupData(group.group_id)
     for name in ConsumerGroupData.__slots__[1:]:
+        if name == "assignor_inputs":
+            continue  # soft: a copy starts without it
         value = getattr(group, name)
         setattr(copied, name, dict(value) if isinstance(value, dict) else value)
     return copied
