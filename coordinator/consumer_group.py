@@ -92,6 +92,10 @@ class ConsumerGroupData:
         owner = self.owners.get((topic, partition))
         return NO_OWNER if owner is None else owner[1]
 
+    def partition_owner(self, topic: str, partition: int) -> str | None:
+        owner = self.owners.get((topic, partition))
+        return None if owner is None else owner[0]
+
     def member_assignment(self, member_id: str) -> ConsumerGroupCurrentMemberAssignmentValue:
         return self.current.get(member_id, NEW_MEMBER_ASSIGNMENT)
 

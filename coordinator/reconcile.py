@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from raygroups.coordinator.consumer_group import NO_OWNER, MemberState
+from raygroups.coordinator.consumer_group import MemberState
 from raygroups.coordinator.consumer_records import Assignment, ConsumerGroupCurrentMemberAssignmentValue
+from raygroups.coordinator.errors import CoordinatorError, Errors
 
 
 def _owns_any(owned: Assignment | None, partitions: dict[str, set[int]]) -> bool:
@@ -25,25 +26,32 @@ def _owns_any(owned: Assignment | None, partitions: dict[str, set[int]]) -> bool
     return False
 
 
-def next_assignment(current: ConsumerGroupCurrentMemberAssignmentValue, target_epoch: int, target: Assignment,
-                    partition_epoch: Callable[[str, int], int],
+def next_assignment(member_id: str, current: ConsumerGroupCurrentMemberAssignmentValue, target_epoch: int,
+                    target: Assignment, partition_owner: Callable[[str, int], str | None],
                     owned: Assignment | None) -> ConsumerGroupCurrentMemberAssignmentValue:
     """The member's current assignment after this heartbeat (``current`` itself when nothing changes).
-    ``partition_epoch(topic, p)``: the epoch of the member owning ``p`` (``NO_OWNER`` if none);
-    ``owned``: what the member reported owning (None: not sent)."""
+    ``partition_owner(topic, p)``: the member owning ``p`` (assigned or pending its revocation; None if
+    none); ``owned``: what the member reported owning (None: not sent)."""
     state = current.state
     if state == MemberState.STABLE.value:
         if current.member_epoch == target_epoch:
             return current
-    elif state == MemberState.UNREVOKED_PARTITIONS.value:
+        return _compute(member_id, current, current.member_epoch, target_epoch, target, partition_owner, owned)
+    if state == MemberState.UNREVOKED_PARTITIONS.value:
         if _owns_any(owned, {t: set(ps) for t, ps in current.pending_revocation}):
             return current  # still revoking: nothing moves until it reports them gone
-    elif state != MemberState.UNRELEASED_PARTITIONS.value:
-        raise ValueError(f"a member in state {state!r} cannot be reconciled")
-    return _compute(current, target_epoch, target, partition_epoch, owned)
+        # Revoked: it moves on to the next epoch (at most the target's).
+        return _compute(member_id, current, min(current.member_epoch + 1, target_epoch), target_epoch, target,
+                        partition_owner, owned)
+    if state == MemberState.UNRELEASED_PARTITIONS.value:
+        return _compute(member_id, current, current.member_epoch, target_epoch, target, partition_owner, owned)
+    raise CoordinatorError(Errors.FENCED_MEMBER_EPOCH, "The consumer group member is in a unknown state. The "
+                           "member must abandon all its partitions and rejoin.")
 
 
-def _compute(current, target_epoch, target, partition_epoch, owned):
+def _compute(member_id, current, member_epoch, target_epoch, target, partition_owner, owned):
+    """Kafka's ``computeNextAssignment``: epochs move as its ``updateMemberEpoch`` moves them (the previous
+    epoch is the one the member had)."""
     assigned = {t: set(ps) for t, ps in current.assigned}
     wanted = {t: set(ps) for t, ps in target}
     kept: dict[str, set[int]] = {}
@@ -58,7 +66,7 @@ def _compute(current, target_epoch, target, partition_epoch, owned):
             revoke[topic] = have - want
         free = set()
         for p in want - have:
-            if partition_epoch(topic, p) == NO_OWNER:
+            if partition_owner(topic, p) in (None, member_id):  # its own pending revocation is no one else's
                 free.add(p)
             else:
                 unreleased = True  # another member still owns it: it waits
@@ -67,7 +75,7 @@ def _compute(current, target_epoch, target, partition_epoch, owned):
     if revoke and _owns_any(owned, revoke):
         # Revoke first, at the member's current epoch; the rest waits for its acknowledgement.
         return ConsumerGroupCurrentMemberAssignmentValue(
-            current.member_epoch, current.previous_member_epoch, MemberState.UNREVOKED_PARTITIONS.value,
+            member_epoch, current.member_epoch, MemberState.UNREVOKED_PARTITIONS.value,
             _canonical(kept), _canonical(revoke))
     for topic, ps in add.items():
         kept.setdefault(topic, set()).update(ps)

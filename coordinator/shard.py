@@ -167,9 +167,14 @@ class GroupCoordinatorShard(RebalanceMixin, OffsetsMixin, ConsumerGroupMixin):
         consumer_group = self.state.consumer_groups.get(req.group_id)
         replaced: list[Record] = []
         if consumer_group is not None:
-            if consumer_group.members or not is_unknown_member:
-                # Kafka routes classic members into a consumer group (KIP-848 interop): not supported here.
-                respond.complete(JoinGroupResponse(Errors.GROUP_ID_NOT_FOUND, member_id=req.member_id))
+            if consumer_group.members:
+                # Kafka routes classic members into a consumer group with members (KIP-848's online
+                # migration): not supported here, so the member is told its protocol does not fit the group.
+                respond.complete(JoinGroupResponse(Errors.INCONSISTENT_GROUP_PROTOCOL, member_id=req.member_id))
+                return Result()
+            if not is_unknown_member:
+                # Kafka's classicGroupJoinToClassicGroup: a member id the new classic group cannot know.
+                respond.complete(JoinGroupResponse(Errors.UNKNOWN_MEMBER_ID, member_id=req.member_id))
                 return Result()
             # An empty consumer group gives way to a classic one (Kafka's maybeDeleteEmptyConsumerGroup).
             replaced = consumer_group_tombstones(consumer_group)

@@ -60,9 +60,56 @@ from raygroups.coordinator.records import GroupMetadataKey, Record
 from raygroups.coordinator.result import Result
 from raygroups.coordinator.server_assignors import ASSIGNORS, MemberSubscription, PartitionAssignorError
 
-# Constructs Python's ``re`` reads but RE2/J (Kafka's regex engine, KIP-848) refuses or reads otherwise:
-# lookaround, backreferences, conditionals, possessive quantifiers and atomic groups.
-_NOT_RE2 = re.compile(r"\(\?<?[=!]|\(\?P=|\(\?\(|\(\?>|\\[1-9]|[*+?}]\+")
+_GROUP_OPENINGS_NOT_RE2 = ("(?=", "(?!", "(?<=", "(?<!", "(?P=", "(?(", "(?>")
+
+
+def _not_re2(pattern: str) -> str | None:
+    """The first construct of ``pattern`` that Python's ``re`` reads but RE2/J (Kafka's regex engine for
+    KIP-848 subscriptions) refuses or reads otherwise -- lookaround, a backreference, a conditional, an
+    atomic group or a possessive quantifier -- or None. Escapes and character classes are skipped as the
+    engines skip them, so ``a\\++`` (an escaped plus, repeated) and ``x\\\\1`` are fine."""
+    i, n = 0, len(pattern)
+    in_class = False
+    after_quantifier = False
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            if not in_class and i + 1 < n and pattern[i + 1] in "123456789":
+                return pattern[i:i + 2]
+            i += 2
+            after_quantifier = False
+            continue
+        if in_class:
+            in_class = c != "]"
+            i += 1
+            continue
+        if c == "[":
+            in_class = True
+            i += 1
+            if i < n and pattern[i] == "^":
+                i += 1
+            if i < n and pattern[i] == "]":  # a leading ] is a literal
+                i += 1
+            after_quantifier = False
+            continue
+        if c == "(":
+            bad = next((g for g in _GROUP_OPENINGS_NOT_RE2 if pattern.startswith(g, i)), None)
+            if bad is not None:
+                return bad
+        if c == "+" and after_quantifier:
+            return pattern[i - 1:i + 1]
+        if c in "*+?":
+            # A quantifier; "??", "*?" and "+?" are lazy forms both engines read alike.
+            after_quantifier = not (c == "?" and after_quantifier)
+        elif c == "}":
+            after_quantifier = True
+        else:
+            after_quantifier = False
+        i += 1
+    return None
+
+
+TIMER_RETRY_BACKOFF_MS = 500  # a timer whose write failed runs again after this
 
 
 def session_key(group_id: str, member_id: str) -> tuple:
@@ -76,10 +123,10 @@ def rebalance_key(group_id: str, member_id: str) -> tuple:
 def compile_subscription_regex(pattern: str) -> re.Pattern:
     """Kafka's ``throwIfRegularExpressionIsInvalid``: a pattern RE2/J and Python's ``re`` read alike, or
     INVALID_REGULAR_EXPRESSION naming what is wrong."""
-    bad = _NOT_RE2.search(pattern)
-    if bad:
+    bad = _not_re2(pattern)
+    if bad is not None:
         raise CoordinatorError(Errors.INVALID_REGULAR_EXPRESSION,
-                               f"SubscribedTopicRegex `{pattern}` uses {bad.group(0)!r}, which RE2/J does not support.")
+                               f"SubscribedTopicRegex `{pattern}` uses {bad!r}, which RE2/J does not support.")
     try:
         return re.compile(pattern)
     except re.error as e:
@@ -136,7 +183,7 @@ class ConsumerGroupMixin:
     def _consumer_group_heartbeat(self, req: ConsumerGroupHeartbeatRequest) -> Result[ConsumerGroupHeartbeatResponse]:
         records: list[Record] = []
         joining = req.member_epoch == JOIN_GROUP_MEMBER_EPOCH
-        group = self._consumer_group_for(req.group_id, joining, records)
+        group, classic = self._consumer_group_for(req.group_id, joining, records)
         member_id = req.member_id or self._new_member_id(req.client_id or "consumer")
         if (len(group.members) >= self.config.group_consumer_max_size
                 and (not req.member_id or req.member_id not in group.members)):
@@ -172,7 +219,8 @@ class ConsumerGroupMixin:
         if replaced is not None:
             del members[replaced]
         members[member_id] = updated
-        metadata = self._subscription_metadata(members.values())
+        metadata = self._subscription_metadata(group, [group.members.get(member_id), group.members.get(replaced)],
+                                               [updated])
         group_epoch = group.group_epoch
         if bump or metadata != group.subscription_metadata:
             group_epoch += 1
@@ -189,40 +237,54 @@ class ConsumerGroupMixin:
         # 3. This member's reconciliation.
         reconciled = current
         if not (current.member_epoch == target_epoch and current.state == MemberState.STABLE.value):
-            reconciled = next_assignment(current, target_epoch, targets.get(member_id, EMPTY_ASSIGNMENT),
-                                         group.partition_epoch, req.topic_partitions)
+            reconciled = next_assignment(member_id, current, target_epoch, targets.get(member_id, EMPTY_ASSIGNMENT),
+                                         group.partition_owner, req.topic_partitions)
         if reconciled != current or (replaced is not None):
             records.append((ConsumerGroupCurrentMemberAssignmentKey(group.group_id, member_id), reconciled))
             if reconciled.state == MemberState.UNREVOKED_PARTITIONS.value:
                 self._schedule_rebalance_timeout(group.group_id, member_id, reconciled.member_epoch,
                                                  updated.rebalance_timeout_ms)
-            else:
-                self.timers.cancel(rebalance_key(group.group_id, member_id))
+            # Otherwise a rebalance timer still armed finds the member past that epoch and does nothing
+            # (kept rather than cancelled: should this append fail, it still guards the member).
         self._schedule_session_timeout(group.group_id, member_id)
         full = joining or (req.rebalance_timeout_ms != -1 and req.subscribed_topic_names is not None
                            and req.topic_partitions is not None)
         changed = reconciled.assigned != current.assigned or replaced is not None
-        return Result(records, ConsumerGroupHeartbeatResponse(
+        result = Result(records, ConsumerGroupHeartbeatResponse(
             Errors.NONE, member_id=member_id, member_epoch=reconciled.member_epoch,
             heartbeat_interval_ms=self.config.group_consumer_heartbeat_interval_ms,
             assignment=as_dict(reconciled.assigned) if full or changed else None))
+        if classic is not None:
+            self._give_way(classic, result)
+        return result
 
-    def _consumer_group_for(self, group_id: str, create: bool, records: list[Record]) -> ConsumerGroupData:
-        """Kafka's ``getOrMaybeCreateConsumerGroup``: an empty classic group (or a simple one) gives way to
-        a new consumer group, its offsets kept; a classic group with members does not."""
+    def _consumer_group_for(self, group_id: str, create: bool, records: list[Record]):
+        """Kafka's ``getOrMaybeCreateConsumerGroup``: ``(the group, the empty classic group that gives way
+        to it or None)``. An empty classic group (or a simple one) gives way to a new consumer group, its
+        offsets kept; a classic group with members does not."""
         group = self.state.consumer_groups.get(group_id)
         if group is not None:
-            return group
+            return group, None
         if not create:
             raise CoordinatorError(Errors.GROUP_ID_NOT_FOUND, f"Consumer group {group_id} not found.")
-        if group_id in self.state.groups or group_id in self.groups:
-            classic = self.groups.get(group_id)
-            if classic is not None and (classic.members or classic.pending_members):
-                raise CoordinatorError(Errors.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
-            if self.state.groups.get(group_id) is not None:
-                records.append((GroupMetadataKey(group_id), None))  # the empty classic group's tombstone
-            self._drop_group(group_id)  # comes back if the append fails (``revert``)
-        return ConsumerGroupData(group_id)
+        classic = self.groups.get(group_id)
+        if classic is not None and (classic.members or classic.pending_members):
+            raise CoordinatorError(Errors.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+        if self.state.groups.get(group_id) is not None:
+            records.append((GroupMetadataKey(group_id), None))  # the empty classic group's tombstone
+        return ConsumerGroupData(group_id), classic
+
+    def _give_way(self, classic, result: Result) -> None:
+        """The empty classic group's object leaves the shard with this operation; kept aside so that a
+        failed append brings the very same one back (``revert``), let go once the records are durable."""
+        self._remove_group(classic)
+
+        def on_done(error: Errors) -> None:
+            removed = self._groups_removed_by_operation()
+            if error is Errors.NONE and removed.get(classic.group_id) is classic:
+                del removed[classic.group_id]
+
+        result.on_done.append(on_done)
 
     @staticmethod
     def _dynamic_member(group: ConsumerGroupData, member_id: str, req: ConsumerGroupHeartbeatRequest, joining: bool):
@@ -256,25 +318,37 @@ class ConsumerGroupMixin:
                             ConsumerGroupTargetAssignmentMemberValue(group.target_of(existing_id))))
             current = ConsumerGroupCurrentMemberAssignmentValue(0, 0, existing.state, existing.assigned,
                                                                 existing.pending_revocation)
-            self._cancel_consumer_timers(group.group_id, existing_id)
+            # The old member's timers stay (Kafka's replaceMember): they guard it should this append fail.
             return member, current, existing_id
         if existing_id is None:
             raise CoordinatorError(Errors.UNKNOWN_MEMBER_ID, f"Instance id {req.instance_id} is unknown.")
         if existing_id != member_id:
             raise CoordinatorError(Errors.FENCED_INSTANCE_ID, f"Static member {member_id} with instance id "
-                                   f"{req.instance_id} is not the member {existing_id}.")
+                                   f"{req.instance_id} was fenced by member {existing_id}.")
         current = group.member_assignment(member_id)
         _check_member_epoch(current, req.member_epoch, req.topic_partitions)
         return group.members[member_id], current, None
 
-    def _subscription_metadata(self, members) -> tuple[tuple[str, int], ...]:
-        """``(topic, partition count)`` of every existing topic a member subscribes to, by name or regex."""
+    def _subscription_metadata(self, group: ConsumerGroupData, gone, added) -> tuple[tuple[str, int], ...]:
+        """``(topic, partition count)`` of every existing topic the group's members subscribe to, by name or
+        regex, once the members ``gone`` (None entries ignored) are replaced by ``added``: read from the
+        group's subscriber counts, not from every member (Kafka's ``computeSubscribedTopicNames``)."""
+        names, regexes = dict(group.topic_subscribers), dict(group.regex_subscribers)
+        for sign, members in ((-1, gone), (1, added)):
+            for m in members:
+                if m is None:
+                    continue
+                for t in m.subscribed_topic_names:
+                    names[t] = names.get(t, 0) + sign
+                if m.subscribed_topic_regex is not None:
+                    regexes[m.subscribed_topic_regex] = regexes.get(m.subscribed_topic_regex, 0) + sign
         topics = self.topics()
-        names = {t for m in members for t in m.subscribed_topic_names if t in topics}
-        for pattern in {m.subscribed_topic_regex for m in members if m.subscribed_topic_regex is not None}:
-            rx = re.compile(pattern)
-            names.update(t for t in topics if rx.fullmatch(t))
-        return tuple(sorted((t, topics[t]) for t in names))
+        subscribed = {t for t, n in names.items() if n > 0 and t in topics}
+        for pattern, n in regexes.items():
+            if n > 0:
+                rx = re.compile(pattern)
+                subscribed.update(t for t in topics if rx.fullmatch(t))
+        return tuple(sorted((t, topics[t]) for t in subscribed))
 
     def _member_topics(self, member: ConsumerGroupMemberMetadataValue, metadata: dict[str, int]) -> frozenset[str]:
         topics = {t for t in member.subscribed_topic_names if t in metadata}
@@ -340,7 +414,7 @@ class ConsumerGroupMixin:
     def _consumer_group_leave(self, req: ConsumerGroupHeartbeatRequest) -> Result[ConsumerGroupHeartbeatResponse]:
         """Kafka's ``consumerGroupLeave``: epoch -1 removes the member; -2 (a static member's temporary
         leave) keeps it and its assignment, at epoch -2, until its session expires."""
-        group = self._consumer_group_for(req.group_id, False, [])
+        group, _ = self._consumer_group_for(req.group_id, False, [])
         response = ConsumerGroupHeartbeatResponse(Errors.NONE, member_id=req.member_id, member_epoch=req.member_epoch)
         if req.instance_id is None:
             if req.member_id not in group.members:
@@ -352,23 +426,23 @@ class ConsumerGroupMixin:
             raise CoordinatorError(Errors.UNKNOWN_MEMBER_ID, f"Instance id {req.instance_id} is unknown.")
         if existing_id != req.member_id:
             raise CoordinatorError(Errors.FENCED_INSTANCE_ID, f"Static member {req.member_id} with instance id "
-                                   f"{req.instance_id} is not the member {existing_id}.")
+                                   f"{req.instance_id} was fenced by member {existing_id}.")
         if req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
             current = group.member_assignment(existing_id)
             leaving = ConsumerGroupCurrentMemberAssignmentValue(
                 LEAVE_GROUP_STATIC_MEMBER_EPOCH, current.previous_member_epoch, current.state, current.assigned, ())
-            self.timers.cancel(rebalance_key(group.group_id, existing_id))
             return Result([(ConsumerGroupCurrentMemberAssignmentKey(group.group_id, existing_id), leaving)], response)
         return Result(self._fence_member(group, existing_id), response)
 
     def _fence_member(self, group: ConsumerGroupData, member_id: str) -> list[Record]:
         """Kafka's ``consumerGroupFenceMember``: the member's records go, the group epoch moves on (with the
         subscription metadata the remaining members need)."""
-        members = {mid: m for mid, m in group.members.items() if mid != member_id}
         records = _member_tombstones(group.group_id, member_id)
-        records.append((ConsumerGroupMetadataKey(group.group_id),
-                        ConsumerGroupMetadataValue(group.group_epoch + 1, self._subscription_metadata(members.values()))))
-        self._cancel_consumer_timers(group.group_id, member_id)
+        metadata = self._subscription_metadata(group, [group.members.get(member_id)], [])
+        records.append((ConsumerGroupMetadataKey(group.group_id), ConsumerGroupMetadataValue(group.group_epoch + 1,
+                                                                                             metadata)))
+        # Its timers stay: should this append fail, the member is back and they still guard it (Kafka's
+        # replaceMember); once it is gone they find nothing to do.
         return records
 
     def _schedule_session_timeout(self, group_id: str, member_id: str) -> None:
@@ -379,25 +453,34 @@ class ConsumerGroupMixin:
         self._schedule(rebalance_key(group_id, member_id), max(timeout_ms, 0),
                        lambda: self._on_rebalance_timeout(group_id, member_id, member_epoch))
 
-    def _cancel_consumer_timers(self, group_id: str, member_id: str) -> None:
-        self.timers.cancel(session_key(group_id, member_id))
-        self.timers.cancel(rebalance_key(group_id, member_id))
-
     def _on_session_timeout(self, group_id: str, member_id: str) -> Result:
         group = self.state.consumer_groups.get(group_id)
         if group is None or member_id not in group.members:
             return Result()
-        return Result(self._fence_member(group, member_id))
+        return self._fence_or_retry(group, member_id, lambda: self._on_session_timeout(group_id, member_id),
+                                    session_key(group_id, member_id))
 
     def _on_rebalance_timeout(self, group_id: str, member_id: str, member_epoch: int) -> Result:
-        """Fences a member still at the epoch it had to revoke partitions in (Kafka's
+        """Fences a member still revoking at the epoch it had to revoke partitions in (Kafka's
         ``consumerGroupRebalanceTimeout``)."""
         group = self.state.consumer_groups.get(group_id)
         if group is None or member_id not in group.members:
             return Result()
-        if group.member_assignment(member_id).member_epoch != member_epoch:
+        current = group.member_assignment(member_id)
+        if current.member_epoch != member_epoch or current.state != MemberState.UNREVOKED_PARTITIONS.value:
             return Result()
-        return Result(self._fence_member(group, member_id))
+        return self._fence_or_retry(group, member_id,
+                                    lambda: self._on_rebalance_timeout(group_id, member_id, member_epoch),
+                                    rebalance_key(group_id, member_id))
+
+    def _fence_or_retry(self, group: ConsumerGroupData, member_id: str, again, key: tuple) -> Result:
+        """A timer's fence; if its append fails, the timer runs again after a backoff (Kafka schedules these
+        timers with retry, CoordinatorRuntime's ``retryBackoff``)."""
+        def on_done(error: Errors) -> None:
+            if error is not Errors.NONE:
+                self._schedule(key, TIMER_RETRY_BACKOFF_MS, again)
+
+        return Result().write(self._fence_member(group, member_id), on_done)
 
     def on_consumer_groups_loaded(self) -> None:
         """After a load: every member's session starts anew (Kafka's ``onLoaded``), and a member still
@@ -440,13 +523,16 @@ class ConsumerGroupMixin:
 def _check_member_epoch(current: ConsumerGroupCurrentMemberAssignmentValue, epoch: int, owned: Assignment | None) -> None:
     """Kafka's ``throwIfConsumerGroupMemberEpochIsInvalid``: a lower epoch is accepted only when it is the
     previous one and the member owns no more than it is assigned (the response that moved it on was lost)."""
+    if epoch == JOIN_GROUP_MEMBER_EPOCH:
+        return  # a member rejoins after being fenced, keeping its member id (KAFKA-19233, Kafka 4.2)
     if epoch > current.member_epoch:
         raise CoordinatorError(Errors.FENCED_MEMBER_EPOCH, f"The consumer group member has a greater member epoch "
                                f"({epoch}) than the one known by the group coordinator ({current.member_epoch}). "
                                f"The member must abandon all its partitions and rejoin.")
     if epoch < current.member_epoch:
         assigned = {t: set(ps) for t, ps in current.assigned}
-        subset = owned is None or all(set(ps) <= assigned.get(t, set()) for t, ps in owned)
+        # Kafka's isSubset: owned partitions not sent are not a subset.
+        subset = owned is not None and all(set(ps) <= assigned.get(t, set()) for t, ps in owned)
         if epoch != current.previous_member_epoch or not subset:
             raise CoordinatorError(Errors.FENCED_MEMBER_EPOCH, f"The consumer group member has a smaller member "
                                    f"epoch ({epoch}) than the one known by the group coordinator "

@@ -37,6 +37,12 @@ CLASSIC_GROUP_TYPE = "classic"
 _NO_OFFSET = PartitionOffset(-1, -1, "", Errors.NONE)
 
 
+def consumer_subscribed_topics(group) -> set[str]:
+    """The topics a consumer group's members subscribe to, by name or regex (Kafka's
+    ``ConsumerGroup.isSubscribedToTopic``): the subscription metadata's existing topics and every name."""
+    return {topic for topic, _ in group.subscription_metadata} | set(group.topic_subscribers)
+
+
 def consumer_member_error(group, member_id: str | None, member_epoch: int, commit: bool) -> Errors | None:
     """Kafka's ``ConsumerGroup.validateOffsetCommit`` / ``validateOffsetFetch``: without a member (epoch < 0;
     for a commit, only while the group is empty; for a fetch, with no member id) anyone may; a member must
@@ -130,15 +136,23 @@ class OffsetsMixin:
     # OffsetDelete
     # ------------------------------------------------------------------------------------------
     def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> Result[OffsetDeleteResponse]:
-        group = self.groups.get(group_id)
-        if group is None or group.is_in(GroupState.DEAD):
-            return Result(response=OffsetDeleteResponse(Errors.GROUP_ID_NOT_FOUND))
-        if not group.is_in(GroupState.EMPTY) and not group.uses_consumer_protocol():
-            return Result(response=OffsetDeleteResponse(Errors.NON_EMPTY_GROUP))
+        consumer_group = self.state.consumer_groups.get(group_id)
+        if consumer_group is not None:
+            # Kafka's ConsumerGroup: any state may delete offsets (validateOffsetDelete checks nothing), but
+            # not those of a topic a member subscribes to.
+            subscribed = consumer_subscribed_topics(consumer_group)
+            is_subscribed = subscribed.__contains__
+        else:
+            group = self.groups.get(group_id)
+            if group is None or group.is_in(GroupState.DEAD):
+                return Result(response=OffsetDeleteResponse(Errors.GROUP_ID_NOT_FOUND))
+            if not group.is_in(GroupState.EMPTY) and not group.uses_consumer_protocol():
+                return Result(response=OffsetDeleteResponse(Errors.NON_EMPTY_GROUP))
+            is_subscribed = group.is_subscribed_to_topic
         errors: dict[tuple[str, int], Errors] = {}
         records = []
         for topic, partition in dict.fromkeys(partitions):  # one tombstone for a partition named twice
-            if group.is_subscribed_to_topic(topic):
+            if is_subscribed(topic):
                 errors[(topic, partition)] = Errors.GROUP_SUBSCRIBED_TO_TOPIC
                 continue
             errors[(topic, partition)] = Errors.NONE
@@ -282,7 +296,7 @@ class OffsetsMixin:
         no member subscribes to expires; an empty group with no offset left is deleted."""
         records = []
         all_expired = True
-        subscribed = {topic for topic, _ in group.subscription_metadata} | set(group.topic_subscribers)
+        subscribed = consumer_subscribed_topics(group)
         for (topic, partition), value in list((self.state.group_offsets(group.group_id) or {}).items()):
             if topic not in subscribed and _expired(value, lambda v: v.commit_timestamp_ms, now, retention):
                 records.append(new_offset_commit_tombstone_record(group.group_id, topic, partition))

@@ -28,7 +28,8 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from raygroups.coordinator.records import OFFSET_COMMIT_KEY_TYPE
+from raygroups.coordinator.consumer_records import CONSUMER_GROUP_METADATA_KEY_TYPE
+from raygroups.coordinator.records import GROUP_METADATA_KEY_TYPE, OFFSET_COMMIT_KEY_TYPE
 from raygroups.coordinator.replay_rules import GroupPresence, presence_needs
 from raygroups.offsets_log.batch import Batch
 from raygroups.offsets_log.codec import (
@@ -49,6 +50,7 @@ from raygroups.offsets_log.index import DEFAULT_INDEX_INTERVAL_BYTES, OffsetInde
 from raygroups.offsets_log.segment import index_name, iter_frames_in, segment_name
 
 DEFAULT_MAX_BATCH_RECORDS = 1000
+METADATA_KEY_TYPES = (GROUP_METADATA_KEY_TYPE, CONSUMER_GROUP_METADATA_KEY_TYPE)
 
 
 @dataclass
@@ -108,7 +110,9 @@ def _select(sources: list[_SourceBatch], delete_retention_ms: int, now_ms: int, 
             if type_id == OFFSET_COMMIT_KEY_TYPE:
                 if pos > surviving_value_at.get(group, -1):
                     surviving_value_at[group] = pos
-            else:
+            elif type_id in METADATA_KEY_TYPES:
+                # Present by its metadata: a classic group's, or a consumer group's (the loader's rule: it
+                # exists exactly when its ConsumerGroupMetadata key ends in a value).
                 metadata_is_value.add(group)
         elif now_ms - ts <= delete_retention_ms:
             keep.add(pos)

@@ -184,9 +184,10 @@ def keep_frame(records, *, delete_retention_ms: int, now_ms: int):
         F.max(F.when(commit_value, F.col("offset"))).alias("cv_at"),
         F.max(F.when(metadata_tombstone, F.col("offset"))).alias("mt_at"),
     )
-    # As the reference compactor: a group whose keys other than offsets end in a value (its classic
-    # metadata, or a consumer group's records) is present by that value.
-    metadata_last = last.where(F.col("type_id") != OFFSET_COMMIT_KEY_TYPE).groupBy("partition", "group").agg(
+    # As the reference compactor: a group whose metadata key ends in a value (a classic group's, or a
+    # consumer group's ConsumerGroupMetadata) is present by that value.
+    metadata_last = last.where(F.col("type_id").isin(GROUP_METADATA_KEY_TYPE, CONSUMER_GROUP_METADATA_KEY_TYPE)).groupBy(
+        "partition", "group").agg(
         F.max((~F.col("tombstone")).cast("int")).cast("boolean").alias("metadata_is_value"))
     surviving_values = last.where((F.col("type_id") == OFFSET_COMMIT_KEY_TYPE) & ~F.col("tombstone")).groupBy(
         "partition", "group").agg(F.max("last_pos").alias("sv_at"))

@@ -283,6 +283,9 @@ async def consumer_group_heartbeat(broker: Any, call: Call) -> dict:
     r = call.request
     if not broker.serves_group(r.group_id):
         return heartbeat_body(Errors.NOT_COORDINATOR)
+    if call.version >= 1 and not r.member_id.strip():
+        # KIP-1082: from v1 the client chooses its member id (Kafka's ConsumerGroupHeartbeatRequest validation).
+        return {**heartbeat_body(Errors.INVALID_REQUEST), "error_message": "MemberId can't be empty."}
     topics = await broker.topics() if r.topic_partitions is not None else {}
     response = await _group_call(broker, heartbeat_request(r, topics, call.frame.client_id or "", call.client_host))
     return heartbeat_body(response.error, response)

@@ -405,8 +405,8 @@ def test_an_empty_simple_group_becomes_a_consumer_group_with_its_offsets():
     ctx.join_new_dynamic(group_id="classic")
     r = ctx.hb(group_id="classic", subscribed_topic_names=["foo"])
     assert r.error is Errors.GROUP_ID_NOT_FOUND and "not a consumer group" in r.error_message
-    # A classic JoinGroup to a consumer group with members is refused.
-    assert ctx.join(group_id=G).result(0).error is Errors.GROUP_ID_NOT_FOUND
+    # A classic JoinGroup to a consumer group with members is refused (no classic members inside one).
+    assert ctx.join(group_id=G).result(0).error is Errors.INCONSISTENT_GROUP_PROTOCOL
 
 
 def test_a_load_restores_consumer_groups_and_restarts_their_sessions(tmp_path):
@@ -467,3 +467,107 @@ def test_offsets_of_topics_no_member_subscribes_to_expire_and_then_the_empty_gro
     assert ctx.coord.fetch_offsets(group_id=G).result(0).offsets == {}
     assert ctx.describe().error is Errors.GROUP_ID_NOT_FOUND
     ctx.check_replay()
+
+
+# ------------------------------------------------------------------------------- from a second read
+@pytest.mark.parametrize("how", ["static-rejoin", "leave", "session-timeout"])
+def test_a_failed_append_leaves_the_member_guarded_by_its_timers(how):
+    """Kafka keeps a member's timers when it writes its removal (replaceMember) and retries a timer's
+    failed write: a member whose removal could not be appended is fenced by its session later."""
+    ctx = C(topics={"foo": 2})
+    a = ok(ctx.hb(subscribed_topic_names=["foo"], instance_id="i-a" if how == "static-rejoin" else None))
+    if how == "static-rejoin":
+        ok(ctx.hb(member_id=a.member_id, member_epoch=-2, instance_id="i-a"))
+        ctx.coord.fail_next_append_for_testing(0, Errors.NOT_ENOUGH_REPLICAS)
+        assert ctx.hb(member_id="new", instance_id="i-a", subscribed_topic_names=["foo"]).error is \
+            Errors.COORDINATOR_NOT_AVAILABLE
+    elif how == "leave":
+        ctx.coord.fail_next_append_for_testing(0, Errors.NOT_ENOUGH_REPLICAS)
+        assert ctx.hb(member_id=a.member_id, member_epoch=-1).error is Errors.COORDINATOR_NOT_AVAILABLE
+    else:
+        ctx.clock.advance(SESSION_MS - 1)
+        ctx.coord.fail_next_append_for_testing(0, Errors.NOT_ENOUGH_REPLICAS)
+        ctx.clock.advance(1)  # the fence's append fails: the member is still there
+    assert [m.member_id for m in ctx.describe().members] == [a.member_id]
+    ctx.clock.advance(SESSION_MS)  # its session (or the timer's retry) fences it now
+    assert ctx.describe().members == [] and ctx.describe().group_epoch == 2
+    ctx.check_replay()
+
+
+def test_offset_delete_on_a_consumer_group_refuses_subscribed_topics():
+    ctx = C(topics={"foo": 1, "bar": 1})
+    a = ok(ctx.hb(subscribed_topic_names=["foo"]))
+    c = ctx.coord
+    c.commit_offsets(group_id=G, offsets={("foo", 0): (1, ""), ("bar", 0): (2, "")}, generation_id=1,
+                     member_id=a.member_id).result(0)
+    r = c.delete_offsets(group_id=G, partitions=[("foo", 0), ("bar", 0)]).result(0)
+    assert r.error is Errors.NONE
+    assert r.errors == {("foo", 0): Errors.GROUP_SUBSCRIBED_TO_TOPIC, ("bar", 0): Errors.NONE}
+    assert sorted(c.fetch_offsets(group_id=G).result(0).offsets) == [("foo", 0)]
+    ctx.check_replay()
+
+
+def test_previous_epoch_without_owned_partitions_is_fenced_and_epoch_0_rejoins():
+    ctx = C(topics={"foo": 2})
+    a = ok(ctx.hb(subscribed_topic_names=["foo"]))
+    b = ok(ctx.hb(subscribed_topic_names=["foo"]))
+    r = ok(ctx.hb(member_id=a.member_id, member_epoch=1, topic_partitions={"foo": [0]}))
+    assert (r.member_epoch, ok(ctx.hb(member_id=b.member_id, member_epoch=2, topic_partitions={})).member_epoch) \
+        == (2, 2)
+    # Kafka's isSubset: at the previous epoch, owned partitions not sent do not count as a subset.
+    assert ctx.hb(member_id=a.member_id, member_epoch=1, topic_partitions=None).error is Errors.FENCED_MEMBER_EPOCH
+    # A member fenced on its side rejoins with epoch 0 and its member id (KAFKA-19233): it gets its current
+    # assignment and epoch back.
+    rejoin = ok(ctx.hb(member_id=a.member_id, subscribed_topic_names=["foo"]))
+    assert rejoin.member_epoch == 2 and rejoin.assignment == {"foo": [0]}
+
+
+def test_a_second_revocation_moves_the_epoch_on_as_kafka_does():
+    """CurrentAssignmentBuilder: a member revoking at epoch e keeps e with previous e; once it acknowledges
+    it moves on at most one epoch (min(e + 1, target)), revoking again if the target moved meanwhile."""
+    ctx = C(topics={"foo": 6})
+    a = ok(ctx.hb(subscribed_topic_names=["foo"]))
+    ok(ctx.hb(subscribed_topic_names=["foo"]))          # epoch 2: a must give up 3
+    r = ok(ctx.hb(member_id=a.member_id, member_epoch=1, topic_partitions={"foo": list(range(6))}))
+    cur = ctx.coord.durable_state_for_testing(0).consumer_groups[G].current[a.member_id]
+    assert (cur.member_epoch, cur.previous_member_epoch, cur.state) == (1, 1, "unrevoked_partitions")
+    ok(ctx.hb(subscribed_topic_names=["foo"]))          # epoch 3 while a still revokes: a must give up more
+    ack = ok(ctx.hb(member_id=a.member_id, member_epoch=1, topic_partitions=r.assignment))
+    cur = ctx.coord.durable_state_for_testing(0).consumer_groups[G].current[a.member_id]
+    assert (ack.member_epoch, cur.member_epoch, cur.previous_member_epoch, cur.state) == (
+        2, 2, 1, "unrevoked_partitions")
+    assert len(ack.assignment["foo"]) == 2
+    done = ok(ctx.hb(member_id=a.member_id, member_epoch=2, topic_partitions=ack.assignment))
+    assert done.member_epoch == 3
+    ctx.check_replay()
+
+
+def test_a_conversion_whose_append_fails_leaves_the_classic_group_as_it_was():
+    ctx = C(topics={"foo": 1})
+    first = ctx.join(group_id="cls").result(0)
+    joined = ctx.join(member_id=first.member_id, group_id="cls")
+    ctx.clock.advance(1)  # the initial delay (0) ends
+    assert joined.result(0).error is Errors.NONE
+    ctx.leave([(first.member_id, None)], group_id="cls")
+    assert ctx.coord.describe_groups(["cls"]).result(0)[0].group_state == "Empty"
+    ctx.coord.fail_next_append_for_testing(0, Errors.NOT_ENOUGH_REPLICAS)
+    assert ctx.hb(group_id="cls", subscribed_topic_names=["foo"]).error is Errors.COORDINATOR_NOT_AVAILABLE
+    assert ctx.coord.describe_groups(["cls"]).result(0)[0].group_state == "Empty"
+    assert ctx.describe("cls").error is Errors.GROUP_ID_NOT_FOUND
+    ok(ctx.hb(group_id="cls", subscribed_topic_names=["foo"]))  # and the next one converts it
+    assert ctx.coord.describe_groups(["cls"]).result(0)[0].group_state == "Dead"
+    ctx.check_replay()
+
+
+def test_a_classic_join_with_a_member_id_to_an_empty_consumer_group_is_unknown_member():
+    ctx = C()
+    a = ok(ctx.hb())
+    ok(ctx.hb(member_id=a.member_id, member_epoch=-1))
+    r = ctx.join(member_id="m-1", group_id=G).result(0)
+    assert r.error is Errors.UNKNOWN_MEMBER_ID
+
+
+@pytest.mark.parametrize("pattern", ["a\\++", "x\\\\1", "[+]+", "a+?", "orders-[0-9]{2}"])
+def test_patterns_re2_reads_alike_are_accepted(pattern):
+    ctx = C(topics={"a+": 1})
+    assert ctx.hb(subscribed_topic_names=None, subscribed_topic_regex=pattern).error is Errors.NONE

@@ -17,6 +17,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from raygroups.coordinator.shard_consumer import rebalance_key, session_key
 from raygroups.coordinator.state import DurableState
 
 from raygroups import Errors
@@ -164,6 +165,17 @@ class ConsumerMachine(RuleBasedStateMachine):
                     for p in ps:
                         assert (topic, p) not in seen, f"{topic}:{p} owned by {seen[(topic, p)]} and {member_id}"
                         seen[(topic, p)] = member_id
+
+    @invariant()
+    def every_member_is_guarded_by_its_timers(self):
+        """A member nobody hears from is fenced in the end: its session timer is armed, and so is its
+        rebalance timer while it must revoke (a failed append must not leave a member unguarded)."""
+        shard = self.coord._shard(0)
+        for group in shard.state.consumer_groups.values():
+            for member_id in group.members:
+                assert shard.timers.is_scheduled(session_key(group.group_id, member_id)), member_id
+                if group.member_assignment(member_id).state == "unrevoked_partitions":
+                    assert shard.timers.is_scheduled(rebalance_key(group.group_id, member_id)), member_id
 
     @invariant()
     def epochs_never_decrease(self):
