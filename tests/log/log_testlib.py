@@ -236,3 +236,37 @@ def consumer_histories(draw):
             cut = draw(st.integers(0, len(batch)))  # a write may span two batches (as appends coalesce)
             batches.extend(b for b in (batch[:cut], batch[cut:]) if b)
     return batches
+
+
+def consumer_group_lifecycle() -> list[list]:
+    """One concrete history of the consumer-group records (batches), for tests that cannot draw many: a
+    simple group's offsets, a consumer group that replaces it, two members, one leaving, the group emptied
+    and deleted with its offsets left behind, a simple group made again by a commit, and a second consumer
+    group still alive at the end (converted from an empty classic group)."""
+    def join(g, member, epoch, partitions):
+        return [(ConsumerGroupMemberMetadataKey(g, member), ConsumerGroupMemberMetadataValue(
+                    None, None, "c", "/h", ("t",), None, None, 1_000)),
+                (ConsumerGroupMetadataKey(g), ConsumerGroupMetadataValue(epoch, (("t", 2),))),
+                (ConsumerGroupTargetAssignmentMemberKey(g, member), ConsumerGroupTargetAssignmentMemberValue(
+                    (("t", tuple(partitions)),))),
+                (ConsumerGroupTargetAssignmentMetadataKey(g), ConsumerGroupTargetAssignmentMetadataValue(epoch)),
+                (ConsumerGroupCurrentMemberAssignmentKey(g, member), ConsumerGroupCurrentMemberAssignmentValue(
+                    epoch, epoch - 1, "stable", (("t", tuple(partitions)),), ()))]
+
+    def leave(g, member, epoch):
+        return [(ConsumerGroupCurrentMemberAssignmentKey(g, member), None),
+                (ConsumerGroupTargetAssignmentMemberKey(g, member), None),
+                (ConsumerGroupMemberMetadataKey(g, member), None),
+                (ConsumerGroupMetadataKey(g), ConsumerGroupMetadataValue(epoch, ()))]
+
+    def commit(g, p, offset):
+        return [(OffsetCommitKey(g, "t", p), OffsetCommitValue(offset, -1, "m", 1_000 + offset))]
+
+    history = [commit("g0", 0, 1), commit("g0", 1, 2), join("g0", "a", 1, [0, 1]), commit("g0", 0, 3),
+               join("g0", "b", 2, [1]), commit("g0", 1, 4), leave("g0", "a", 3), commit("g0", 0, 5),
+               leave("g0", "b", 4),
+               [(ConsumerGroupTargetAssignmentMetadataKey("g0"), None), (ConsumerGroupMetadataKey("g0"), None)],
+               commit("g1", 0, 6), [(GroupMetadataKey("g1"), GroupMetadataValue("consumer", 1, "range", None, 0, ()))],
+               [(GroupMetadataKey("g1"), None)], join("g1", "c", 1, [0, 1]), commit("g1", 1, 7)]
+    history += [commit("g0", 0, 8 + i) for i in range(12)]  # closes segments after the group's records
+    return history

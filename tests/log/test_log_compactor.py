@@ -165,3 +165,22 @@ def test_replace_segments_refuses_mismatched_replacements(tmp_path):
         with pytest.raises(ValueError, match="ends at offset"):
             log.replace_segments([str(short)])
         assert sequential_state(list(log.batches())) == sequential_state(original)
+
+
+@pytest.mark.parametrize("retention", [0, 10_000])
+def test_a_consumer_group_lifecycle_compacts_and_loads_to_the_same_state(tmp_path, retention):
+    """A concrete KIP-848 history (``consumer_group_lifecycle``): its compaction, with every tombstone expired
+    or none, replays to the same state, and the fast loader reads the compacted log to it too."""
+    from log_testlib import consumer_group_lifecycle
+
+    original = make_batches(consumer_group_lifecycle(), timestamp_ms=1_000)
+    compacted = compact_batches(original, delete_retention_ms=retention, now_ms=5_000)
+    check_compacted(original, compacted, everything_retained=retention >= 5_000)
+    expected = sequential_state(original)
+    assert sorted(expected.consumer_groups) == ["g1"] and sorted(expected.groups) == ["g0"]
+    with open_log(tmp_path / "p", **NO_FSYNC) as log:
+        append_all(log, compacted)
+    with open_log(tmp_path / "p", **NO_FSYNC) as log:
+        loaded = DurableState()
+        replay(log, loaded)
+    assert loaded == expected

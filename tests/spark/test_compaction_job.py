@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from raygroups.coordinator.records import new_offset_commit_record
 from raygroups.offsets_log import open_log
@@ -20,6 +20,7 @@ from raygroups.offsets_log.store import SegmentStore
 
 from tests.log.log_testlib import (
     append_all,
+    consumer_group_lifecycle,
     consumer_histories,
     histories,
     make_batches,
@@ -82,6 +83,8 @@ def _run_job(spark, store, partitions, *, retention, now_ms, batch_records, run_
                                                                  HealthCheck.too_slow])
 @given(parts=st.lists(partition_histories, min_size=1, max_size=8), retention=st.integers(0, 30),
        now_shift=st.integers(0, 40), batch_records=st.integers(1, 6))
+# KIP-848 records for sure, every tombstone expired: what presence needs must be kept by both.
+@example(parts=[(consumer_group_lifecycle(), [])], retention=0, now_shift=40, batch_records=3)
 def test_spark_output_is_the_reference_compactors_bytes(spark, tmp_path_factory, parts, retention, now_shift,
                                                         batch_records):
     from raygroups.compaction.job import staging_dir
