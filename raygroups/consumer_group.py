@@ -217,8 +217,11 @@ class ConsumerGroup:
                  num_consumers: int, *, processor_args: tuple = (), assignors=("cooperative-sticky",),
                  session_timeout_ms: int = 10_000, heartbeat_interval_ms: int = 1_000,
                  max_poll_interval_ms: int = 60_000, commit_interval_s: float = 0.5,
-                 max_records_per_poll: int = 500, members_per_process: int = 1) -> None:
+                 max_records_per_poll: int = 500, members_per_process: int = 1,
+                 group_protocol: str = "classic") -> None:
         check_type("group_id", group_id, str)
+        if group_protocol not in ("classic", "consumer"):
+            raise ValueError(f"group_protocol must be 'classic' or 'consumer', got {group_protocol!r}")
         check_int("members_per_process", members_per_process, 1, 1_000)
         if not isinstance(source, Source):
             raise TypeError("source must implement raygroups.Source (topics, read, end_offset)")
@@ -233,12 +236,14 @@ class ConsumerGroup:
                 cluster.create_topic(t, known[t])
         self.cluster = cluster
         self.group_id = group_id
+        self.group_protocol = group_protocol
         self.topics = list(topics)
         self.source = source
         self._spec = dict(processor_cls=processor_cls, processor_args=tuple(processor_args),
                           consumer_options=dict(assignors=tuple(assignors), session_timeout_ms=session_timeout_ms,
                                                 heartbeat_interval_ms=heartbeat_interval_ms,
-                                                max_poll_interval_ms=max_poll_interval_ms),
+                                                max_poll_interval_ms=max_poll_interval_ms,
+                                                group_protocol=group_protocol),
                           commit_interval_s=commit_interval_s, max_records_per_poll=max_records_per_poll)
         self._per_process = members_per_process
         self._workers: list[tuple[Any, Any, int]] = []  # (actor, run ref, members it hosts)
@@ -297,7 +302,10 @@ class ConsumerGroup:
                 workers.extend({"worker": None, "error": "unavailable"} for _ in range(count))
         client = self.cluster.client()
         fetched = client.fetch_offsets(group_id=self.group_id).result(timeout=60)
-        described = client.describe_groups([self.group_id]).result(timeout=60)[0]
+        if self.group_protocol == "consumer":
+            described = client.consumer_group_describe([self.group_id]).result(timeout=60)[0]
+        else:
+            described = client.describe_groups([self.group_id]).result(timeout=60)[0]
         partitions = []
         for topic in self.topics:
             for p in range(self.source.topics()[topic]):

@@ -36,6 +36,7 @@ import concurrent.futures
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -63,6 +64,7 @@ from raygroups.coordinator.messages import (
     OffsetFetchResponse,
     SyncGroupResponse,
 )
+from raygroups.membership.consumer_member import ConsumerProtocolMember
 from raygroups.membership.member import (
     DEFAULT_RETRY_BACKOFF_MS,
     CommitFailedError,
@@ -112,7 +114,11 @@ class Consumer:
         listener: Any = None,
         client_id: str | None = None,
         clock: Any = None,
+        group_protocol: str = "classic",
     ) -> None:
+        if group_protocol not in ("classic", "consumer"):
+            raise ValueError(f"group_protocol must be 'classic' or 'consumer' (Kafka's group.protocol), got "
+                             f"{group_protocol!r}")
         topics, resolved = check_consumer_args(
             cluster, group_id, topics, assignors, group_instance_id, session_timeout_ms, heartbeat_interval_ms,
             max_poll_interval_ms, auto_commit_interval_ms, enable_auto_commit, listener, client_id, clock)
@@ -130,17 +136,27 @@ class Consumer:
         self.group_instance_id = group_instance_id
         self.client_id = client_id if client_id is not None else (group_instance_id or "consumer")
         now = self._clock.now_ms()
-        self._member = GroupMember(
-            group_id, topics, resolved, group_instance_id=group_instance_id,
-            session_timeout_ms=session_timeout_ms, heartbeat_interval_ms=heartbeat_interval_ms,
-            rebalance_timeout_ms=max_poll_interval_ms, retry_backoff_ms=self._retry_backoff_ms,
-            client_id=self.client_id, now_ms=now,
-        )
+        self.group_protocol = group_protocol
+        if group_protocol == "consumer":
+            # KIP-848: the coordinator assigns and times the session (``assignors``, ``session_timeout_ms``
+            # and ``heartbeat_interval_ms`` are the classic protocol's); the member id is the client's
+            # (KIP-1082), kept across rejoins.
+            self._member = ConsumerProtocolMember(
+                group_id, topics, uuid.uuid4().hex, group_instance_id=group_instance_id,
+                rebalance_timeout_ms=max_poll_interval_ms, retry_backoff_ms=self._retry_backoff_ms, now_ms=now)
+        else:
+            self._member = GroupMember(
+                group_id, topics, resolved, group_instance_id=group_instance_id,
+                session_timeout_ms=session_timeout_ms, heartbeat_interval_ms=heartbeat_interval_ms,
+                rebalance_timeout_ms=max_poll_interval_ms, retry_backoff_ms=self._retry_backoff_ms,
+                client_id=self.client_id, now_ms=now,
+            )
         # _lock guards the member and the fields below; it is never held while calling the client or
         # the user's listener, so neither can deadlock with the heartbeat thread.
         self._lock = threading.RLock()
         self._background_lock = threading.Lock()
         self._wake = threading.Event()
+        self._wake_foreground = threading.Event()  # a heartbeat answered (the consumer protocol waits on it)
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._positions: dict[TopicPartition, int] = {}
@@ -350,7 +366,8 @@ class Consumer:
             with self._lock:
                 now = self._clock.now_ms()
                 next_ms = self._member.next_background_ms()
-            interval_s = self._member.heartbeat_interval_ms / 1000.0
+            # The consumer protocol's interval is the coordinator's, unknown (0) until its first answer.
+            interval_s = max(self._member.heartbeat_interval_ms, self._retry_backoff_ms) / 1000.0
             wait_s = interval_s if next_ms is None else (next_ms - now) / 1000.0
             self._wake.wait(min(max(wait_s, 0.001), interval_s))
             self._wake.clear()
@@ -384,9 +401,10 @@ class Consumer:
         call = self._take_answered("_heartbeat_call")
         if call is None:
             return
-        response = self._result(call[1], HeartbeatResponse)
+        response = self._result(call[1], getattr(self._member, "heartbeat_response_type", HeartbeatResponse))
         with self._lock:
             self._member.on_heartbeat_response(call[0], response, self._clock.now_ms())
+        self._wake_foreground.set()
 
     def _send_leave(self, request: LeaveGroupRequest | None, wait_s: float = 0.0) -> None:
         if request is None:
@@ -438,9 +456,13 @@ class Consumer:
                 if isinstance(action, SendRequest):
                     request = action.request
             if action is None:
-                return
+                if self.group_protocol != "consumer" or not self._await_target(deadline):
+                    return
+                continue
             if isinstance(action, PrepareJoin):
                 self._prepare_join(action)
+            elif isinstance(action, JoinComplete):  # the consumer protocol: a reconciliation's new partitions
+                self._complete_join(action)
             elif isinstance(action, SendRequest):
                 future = self._send(request)
                 with self._lock:
@@ -448,6 +470,20 @@ class Consumer:
                 self._wake.set()
             elif not self._wait(action, deadline):
                 return
+
+    def _await_target(self, deadline: float) -> bool:
+        """The consumer protocol: wait (within ``deadline``) for the heartbeat thread to bring this member its
+        target while it owns none yet or still reconciles; False when poll should return."""
+        with self._lock:
+            if self._member.stable or self._member.fatal_error is not None:
+                return False
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not self._real_time:
+            return False
+        self._wake.set()  # the heartbeat thread: an acknowledgement may be due
+        self._wake_foreground.wait(min(remaining, 0.1))
+        self._wake_foreground.clear()
+        return True
 
     def _wait(self, action: Wait, deadline: float) -> bool:
         """Block for a response or a backoff, within ``deadline``; False when poll should return."""
@@ -496,6 +532,7 @@ class Consumer:
         finally:
             with self._lock:
                 self._member.finish_join_prepare(action)
+                self._wake.set()
                 for tp in action.dropped:
                     self._positions.pop(tp, None)
                     self._last_committed.pop(tp, None)
@@ -507,6 +544,7 @@ class Consumer:
             errors.append(self._invoke(ListenerEvent("on_partitions_revoked", complete.revoked)))
         with self._lock:
             self._member.finish_join(complete)
+            self._wake.set()  # the consumer protocol acknowledges its new ownership at once
             for tp in complete.revoked:
                 self._positions.pop(tp, None)
                 self._last_committed.pop(tp, None)

@@ -15,6 +15,8 @@ CONFIG = {
     "group.initial.rebalance.delay.ms": 0,
     "group.min.session.timeout.ms": 10,
     "request.timeout.ms": 20_000,
+    # KIP-848 members heartbeat at the coordinator's interval (5 s by default).
+    "group.consumer.heartbeat.interval.ms": 500, "group.consumer.min.heartbeat.interval.ms": 100,
 }
 
 

@@ -109,3 +109,39 @@ def test_a_killed_consumer_loses_its_partitions_after_the_session_timeout(cluste
         assert victim not in [m.member_id for m in described.members]
     finally:
         group.stop()
+
+
+def test_a_consumer_protocol_group_scales_up_and_down_and_survives_its_shard_restart(cluster):
+    """KIP-848 (``group_protocol="consumer"``): members reconcile on their own heartbeats through scale-up,
+    scale-down and the group's shard killed and restarted (it replays the group's records); one owner per
+    partition per member epoch, nothing skipped, commits moving on."""
+    from raygroups import partition_for
+
+    source = SyntheticSource({TOPIC: PARTITIONS}, records_per_partition=None)
+    group = ConsumerGroup(VerifyingProcessor, cluster, "kip848-app", [TOPIC], source, 2, processor_args=(source,),
+                          group_protocol="consumer", max_records_per_poll=200)
+    try:
+        wait_for(lambda: _all_owned(group, 2), timeout_s=90, what="2 consumer-protocol members")
+        wait_for(lambda: _progressed(group, 200), timeout_s=60, what="commits")
+        group.scale(4)
+        wait_for(lambda: _all_owned(group, 4), timeout_s=90, what="4 members")
+        group.scale(3)
+        stable = wait_for(lambda: _all_owned(group, 3), timeout_s=90, what="3 members")
+        shard = partition_for("kip848-app", cluster.num_partitions)
+        pid = cluster.shard_status()[shard]["pid"]
+        cluster.kill_shard(shard)
+        wait_for(lambda: cluster.shard_status()[shard]["pid"] != pid, what="the shard to restart")
+        before = {(p["topic"], p["partition"]): p["committed"] for p in stable["partitions"]}
+        wait_for(lambda: all(p["committed"] > before[(p["topic"], p["partition"])]
+                             for p in group.stats()["partitions"]), timeout_s=90,
+                 what="every partition committing after the shard restart")
+        after = wait_for(lambda: _all_owned(group, 3), timeout_s=60, what="3 members after the restart")
+        assert after["state"] == "Stable"
+    finally:
+        group.stop()
+    final = group.stats()
+    retired = final["retired"]
+    assert len(retired) == 4 and all(w["fatal"] is None for w in retired)
+    _check_one_owner_per_generation([h for w in retired for h in w["history"]])
+    committed = {(p["topic"], p["partition"]): p["committed"] for p in final["partitions"]}
+    _check_nothing_skipped(retired, committed)
