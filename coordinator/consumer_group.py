@@ -35,7 +35,6 @@ from raygroups.coordinator.consumer_records import (
 JOIN_GROUP_MEMBER_EPOCH = 0
 LEAVE_GROUP_MEMBER_EPOCH = -1
 LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
-NO_OWNER = -1
 
 
 class MemberState(enum.StrEnum):
@@ -76,10 +75,9 @@ class ConsumerGroupData:
         self.members: dict[str, ConsumerGroupMemberMetadataValue] = {}
         self.targets: dict[str, Assignment] = {}
         self.current: dict[str, ConsumerGroupCurrentMemberAssignmentValue] = {}
-        # Derived: (topic, partition) -> (member id, the member's epoch) for every partition a member is
-        # assigned or must still revoke (Kafka's currentPartitionEpoch); subscribers per topic name and per
-        # regex; member id per instance id.
-        self.owners: dict[tuple[str, int], tuple[str, int]] = {}
+        # Derived: (topic, partition) -> the member assigned it or still revoking it (what Kafka's
+        # currentPartitionEpoch answers); subscribers per topic name and per regex; member id per instance id.
+        self.owners: dict[tuple[str, int], str] = {}
         self.topic_subscribers: dict[str, int] = {}
         self.regex_subscribers: dict[str, int] = {}
         self.static_members: dict[str, str] = {}
@@ -88,13 +86,8 @@ class ConsumerGroupData:
         self.assignor_inputs: dict[str, tuple] = {}
 
     # --- what handlers read ---------------------------------------------------------------------------
-    def partition_epoch(self, topic: str, partition: int) -> int:
-        owner = self.owners.get((topic, partition))
-        return NO_OWNER if owner is None else owner[1]
-
     def partition_owner(self, topic: str, partition: int) -> str | None:
-        owner = self.owners.get((topic, partition))
-        return None if owner is None else owner[0]
+        return self.owners.get((topic, partition))
 
     def member_assignment(self, member_id: str) -> ConsumerGroupCurrentMemberAssignmentValue:
         return self.current.get(member_id, NEW_MEMBER_ASSIGNMENT)
@@ -150,13 +143,13 @@ class ConsumerGroupData:
         if old is not None:
             for topic, partitions in old.assigned + old.pending_revocation:
                 for p in partitions:
-                    if self.owners.get((topic, p), (None,))[0] == member_id:
+                    if self.owners.get((topic, p)) == member_id:
                         del self.owners[(topic, p)]
         if value is not None:
             self.current[member_id] = value
             for topic, partitions in value.assigned + value.pending_revocation:
                 for p in partitions:
-                    self.owners[(topic, p)] = (member_id, value.member_epoch)
+                    self.owners[(topic, p)] = member_id
 
 
 def _count(counts: dict[str, int], names, delta: int) -> None:

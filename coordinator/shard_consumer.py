@@ -25,7 +25,6 @@ from raygroups.coordinator.consumer_group import (
     JOIN_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_STATIC_MEMBER_EPOCH,
-    NEW_MEMBER_ASSIGNMENT,
     ConsumerGroupData,
     ConsumerGroupState,
     MemberState,
@@ -547,4 +546,4 @@ def _member_tombstones(group_id: str, member_id: str) -> list[Record]:
             (ConsumerGroupMemberMetadataKey(group_id, member_id), None)]
 
 
-__all__ = ["NEW_MEMBER_ASSIGNMENT", "ConsumerGroupMixin", "compile_subscription_regex"]
+__all__ = ["ConsumerGroupMixin", "compile_subscription_regex"]
