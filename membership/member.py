@@ -124,6 +124,7 @@ class GroupMember(MemberOffsetsMixin):
         rebalance_timeout_ms: int = 300_000,
         retry_backoff_ms: int = DEFAULT_RETRY_BACKOFF_MS,
         client_id: str = "",
+        metadata_max_age_ms: int = 300_000,
         now_ms: int = 0,
     ) -> None:
         if not assignors:
@@ -137,6 +138,7 @@ class GroupMember(MemberOffsetsMixin):
         self.rebalance_timeout_ms = rebalance_timeout_ms
         self.retry_backoff_ms = retry_backoff_ms
         self.client_id = client_id
+        self.metadata_max_age_ms = metadata_max_age_ms
         self.protocol = rebalance_protocol_of(self.assignors)
 
         self.state = MemberState.UNJOINED
@@ -160,6 +162,10 @@ class GroupMember(MemberOffsetsMixin):
         self._next_heartbeat_ms = now_ms
         self._session_deadline_ms = now_ms + session_timeout_ms
         self._poll_deadline_ms = now_ms + rebalance_timeout_ms
+        # The leader's last assignment: the partition counts of the group's subscribed topics it saw (None
+        # for a topic that did not exist), and when to read them again (Kafka's metadata.max.age.ms).
+        self._assigned_metadata: dict[str, int | None] | None = None
+        self._next_metadata_ms = 0
 
     # ------------------------------------------------------------------------------------------
     # Views
@@ -299,6 +305,7 @@ class GroupMember(MemberOffsetsMixin):
         self._needs_join_prepare = False
         self._pending_prepare = None
         self.is_leader = False
+        self._assigned_metadata = None
 
     def _join_request(self) -> JoinGroupRequest:
         owned = tuple(sorted(self.assignment))
@@ -384,6 +391,7 @@ class GroupMember(MemberOffsetsMixin):
                 assignments = self._perform_assignment(assignor, response, partitions_per_topic)
                 if assignments is None:
                     return
+                self._next_metadata_ms = now_ms + self.metadata_max_age_ms
         self._pending_sync = SyncGroupRequest(
             self.group_id, self.generation_id, self.member_id, assignments, self.group_instance_id,
             PROTOCOL_TYPE, response.protocol_name,
@@ -400,6 +408,7 @@ class GroupMember(MemberOffsetsMixin):
             return None
         subscribed = {t for s in subscriptions.values() for t in s.topics}
         metadata = {t: n for t, n in partitions_per_topic.items() if t in subscribed}
+        self._assigned_metadata = {t: metadata.get(t) for t in subscribed}
         if isinstance(assignor, Assignor):
             # Static members keep their place (range/roundrobin order by group.instance.id, KIP-345).
             instance_ids = {m.member_id: m.group_instance_id for m in response.members}
@@ -422,6 +431,26 @@ class GroupMember(MemberOffsetsMixin):
                                               f"the cooperative protocol: {sorted(moved)} moved in one round"))
                 return None
         return {m: encode_assignment(result.get(m, Assignment())) for m in subscriptions}
+
+    # ------------------------------------------------------------------------------------------
+    # The leader's metadata (Kafka's ConsumerCoordinator.rejoinNeededOrPending: a leader whose assignment
+    # snapshot no longer matches the metadata it reads rejoins, so that partitions added to a subscribed
+    # topic, or a subscribed topic created, get assigned)
+    # ------------------------------------------------------------------------------------------
+    def metadata_check_due(self, now_ms: int) -> bool:
+        """True when this member led the last assignment, is stable, and metadata.max.age.ms has passed."""
+        return (self.is_leader and self._assigned_metadata is not None and self.state is MemberState.STABLE
+                and not self.rejoin_needed and now_ms >= self._next_metadata_ms)
+
+    def on_metadata(self, partitions_per_topic: Mapping[str, int], now_ms: int) -> None:
+        """Topic metadata read: rejoin when a subscribed topic's partition count differs from the one the
+        last assignment used."""
+        self._next_metadata_ms = now_ms + self.metadata_max_age_ms
+        if self._assigned_metadata is None:
+            return
+        changed = sorted(t for t, n in self._assigned_metadata.items() if partitions_per_topic.get(t) != n)
+        if changed:
+            self.request_rejoin(f"cached metadata has changed: the partitions of {', '.join(changed)}")
 
     def on_sync_response(self, request: SyncGroupRequest, response: SyncGroupResponse,
                          now_ms: int) -> JoinComplete | None:

@@ -26,7 +26,7 @@ class LiveView:
             f"a simulated cluster of {options.nodes} coordinator nodes" if options.nodes > 1 else "a single-node Ray")
         self.console.print(f"[bold]raygroups chaos run[/bold]: seed {options.seed}, {options.seconds:g} s of faults "
                            f"({len(plan)} planned at {options.rate:g}/min), {options.groups} groups x "
-                           f"{options.consumers} consumers on {where}; output in {options.out}/")
+                           f"{options.consumers} consumers ({options.group_protocol} protocol) on {where}; output in {options.out}/")
         if self.enabled:
             self._live = Live(console=self.console, refresh_per_second=2, transient=True)
             self._live.start()
@@ -42,11 +42,12 @@ class LiveView:
         ops = workload.outcomes
         table = Table(box=None, pad_edge=False)
         table.add_column("group")
-        table.add_column("generation", justify="right")
+        table.add_column("protocol")
+        table.add_column("generation / epoch", justify="right")
         table.add_column("consumers", justify="right")
         table.add_column("acknowledged commits", justify="right")
         for group, v in workload.group_views().items():
-            table.add_row(group, str(v["generation"]), str(v["consumers"]), str(v["commits"]))
+            table.add_row(group, v["protocol"], str(v["generation"]), str(v["consumers"]), str(v["commits"]))
         now = "now: " + (", ".join(f"{f.name} (group {f.group})" for f in faults) or "no fault")
         header = Text(f"{time.monotonic() - self._started:6.1f}s  {self._phase}\n"
                       f"faults injected {nemesis.injected} of {self._planned} planned; {now}\n"

@@ -1,12 +1,18 @@
 """The checker's invariants on group membership and on the shards' own records (pure; see ``checker``).
 
 Membership, from the consumers' ``assign`` operations (value: group, member, generation, partitions) and
-the generations their ``commit`` operations carried:
+the generations their ``commit`` operations carried. In a KIP-848 consumer group (the workload's
+``start-consumer`` says ``group_protocol: consumer``) the ``generation`` is the member's epoch: each member
+has its own, and a member that still has to revoke stays at its epoch while the others move on.
 
-* ``exclusive-ownership`` -- two members of a group were assigned the same partition in one generation;
+* ``exclusive-ownership`` -- two members of a group were assigned the same partition in one generation
+  (in a consumer group: at one member epoch; the coordinator gives a member a partition only at the epoch
+  after the one its previous owner held it at, once that owner has acknowledged its revocation, Kafka's
+  ``CurrentAssignmentBuilder``);
 * ``generation-went-backwards`` -- an operation acknowledged at generation g was invoked after another
-  operation of the same group had been acknowledged at a generation above g (only acknowledged
-  assignments and commits count: a JoinGroup answer is not durable, as in Kafka);
+  operation of the same group (in a consumer group: of the same member) had been acknowledged at a
+  generation above g (only acknowledged assignments and commits count: a JoinGroup answer is not durable,
+  as in Kafka);
 * ``rebalance-on-failover`` -- a group reached a new generation (after the first one the history shows)
   with no membership change to cause it: no
   consumer started or stopped by the workload, no consumer's first join (its actor may start long after the
@@ -14,7 +20,8 @@ the generations their ``commit`` operations carried:
   generation was acknowledged nor within the group's session plus rebalance timeout before the group was
   first seen rebalancing; the second round of a cooperative rebalance (after a generation that left
   partitions unowned) has its first round's cause (a coordinator failover alone must not make a group
-  rebalance: the new coordinator loads the members and restarts their sessions).
+  rebalance: the new coordinator loads the members and restarts their sessions). In a consumer group a new
+  member epoch means the group epoch moved, and there is no second round: every new epoch needs a cause.
 
 Shards' records, from the audit the benchmark runs at the end (process ``auditor``):
 
@@ -54,7 +61,26 @@ def _value(op: Operation) -> dict:
     return op.complete.value if op.complete is not None and op.complete.value else op.invoke.value
 
 
+def protocols(history: History) -> dict[str, str]:
+    """Per group, the protocol its consumers speak, from the workload's ``start-consumer`` operations
+    (``classic`` when they do not say: Kafka's default group.protocol)."""
+    out: dict[str, str] = {}
+    for op in history.operations:
+        if op.f == "start-consumer" and isinstance(op.invoke.value.get("group"), str):
+            protocol = op.invoke.value.get("group_protocol", "classic")
+            if protocol not in ("classic", "consumer"):
+                raise HistoryError(f"line {op.invoke.line}: group_protocol must be classic or consumer, got "
+                                   f"{protocol!r}")
+            out[op.invoke.value["group"]] = protocol
+    return out
+
+
+def _generation_word(protocol: str) -> str:
+    return "member epoch" if protocol == "consumer" else "generation"
+
+
 def exclusive_ownership(history: History, violation) -> None:
+    protocol = protocols(history)
     owner: dict[tuple[str, int, str, int], Operation] = {}
     for op in history.operations:
         if op.f != "assign" or op.type != "ok":
@@ -71,14 +97,17 @@ def exclusive_ownership(history: History, violation) -> None:
             first = owner.setdefault(key, op)
             if _value(first)["member"] != member:
                 violation("exclusive-ownership", (group, tp[0], tp[1]),
-                          f"group {group!r} generation {generation}: {tp[0]}:{tp[1]} was assigned to member "
+                          f"group {group!r} {_generation_word(protocol.get(group, 'classic'))} {generation}: "
+                          f"{tp[0]}:{tp[1]} was assigned to member "
                           f"{_value(first)['member']!r} ({first.describe()}) and to member {member!r} "
                           f"({op.describe()})", [first, op])
 
 
 def generations(history: History, violation) -> None:
-    """``generation-went-backwards`` in line order: what each operation saw acknowledged when invoked."""
-    highest: dict[str, tuple[int, Operation]] = {}
+    """``generation-went-backwards`` in line order: what each operation saw acknowledged when invoked (per
+    group; per member in a consumer group)."""
+    protocol = protocols(history)
+    highest: dict[tuple[str, ...], tuple[int, Operation]] = {}
     seen_at_invoke: dict[int, tuple[int, Operation] | None] = {}
     by_line = {}
     for op in history.operations:
@@ -92,19 +121,22 @@ def generations(history: History, violation) -> None:
             continue
         group = _str(op.invoke.value, "group", op)
         generation = _int(op.invoke.value, "generation", op)
+        consumer = protocol.get(group) == "consumer"
+        key = (group, _str(op.invoke.value, "member", op)) if consumer else (group,)
         if ev.type == "invoke":
-            seen_at_invoke[ev.line] = highest.get(group)
+            seen_at_invoke[ev.line] = highest.get(key)
             continue
         if ev.type != "ok" or generation < 0:
             continue
         before = seen_at_invoke.get(op.invoke.line)
         if before is not None and generation < before[0]:
+            word = _generation_word(protocol.get(group, "classic"))
+            whose = f"group {group!r} member {key[1]!r}" if consumer else f"group {group!r}"
             violation("generation-went-backwards", (group, "", -1),
-                      f"group {group!r}: {op.describe()} was acknowledged at generation {generation}, but "
-                      f"generation {before[0]} had been acknowledged before it was invoked ({before[1].describe()})",
-                      [before[1], op])
-        if group not in highest or generation > highest[group][0]:
-            highest[group] = (generation, op)
+                      f"{whose}: {op.describe()} was acknowledged at {word} {generation}, but {word} {before[0]} "
+                      f"had been acknowledged before it was invoked ({before[1].describe()})", [before[1], op])
+        if key not in highest or generation > highest[key][0]:
+            highest[key] = (generation, op)
 
 
 def rebalances(history: History) -> dict[str, list[tuple[int, Operation]]]:
@@ -174,12 +206,13 @@ def rebalance_on_failover(history: History, violation) -> None:
     causes, allowance = rebalance_causes(history)
     refused = _refusals(history)
     owned = _owned(history)
+    protocol = protocols(history)
     for group, gens in rebalances(history).items():
         window = allowance.get(group, DEFAULT_ALLOWANCE_S)
         universe: set = set()
         for (prev_generation, previous), (generation, op) in zip(gens, gens[1:], strict=False):
             universe |= owned.get((group, prev_generation), set())
-            if owned.get((group, prev_generation), set()) < universe:
+            if protocol.get(group) != "consumer" and owned.get((group, prev_generation), set()) < universe:
                 # The previous generation left partitions unowned: a cooperative rebalance's second round
                 # (KIP-429), caused by whatever caused the first, however long failovers delayed it.
                 continue
@@ -192,7 +225,7 @@ def rebalance_on_failover(history: History, violation) -> None:
             if not any(since <= t <= seen + SLACK_S for t in causes.get(group, [])):
                 faults = [f"{ev.f} at {ev.time:.3f} s" for ev in history.faults if seen - window <= ev.time <= seen]
                 violation("rebalance-on-failover", (group, "", -1),
-                          f"group {group!r} reached generation {generation} ({op.describe()}) with no membership "
+                          f"group {group!r} reached {_generation_word(protocol.get(group, 'classic'))} {generation} ({op.describe()}) with no membership "
                           f"change in the {window:g} s before it; faults then: {', '.join(faults) or 'none'}", [op])
 
 

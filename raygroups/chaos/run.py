@@ -4,7 +4,8 @@ A run starts the embedded default (a simulated cluster of ``nodes`` coordinator 
 single-node Ray) or attaches to a deployment (``address``), then:
 
 1. the workload: ``groups`` groups of ``consumers`` consumer actors over a live synthetic topic, committing
-   as they go, plus probes fetching committed offsets and a client deleting scratch groups
+   as they go, each group speaking the classic protocol or KIP-848's consumer protocol (``group_protocol``:
+   classic, consumer, or mixed: every other group), plus probes fetching committed offsets and a client deleting scratch groups
    (``raygroups.chaos.workload``), all recording their operations;
 2. once every group is stable and committing, the seeded fault schedule (``raygroups.chaos.faults``) for
    ``seconds``, injected one fault after another by the nemesis (``raygroups.chaos.nemesis``), which lets the
@@ -71,25 +72,47 @@ class RunOptions:
     session_timeout_ms: int = 10_000
     rebalance_timeout_ms: int = 10_000
     probes: int = 2
+    # Kafka's group.protocol of the groups: "classic", "consumer" (KIP-848) or "mixed" (every other group
+    # speaks the consumer protocol, the first classic).
+    group_protocol: str = "mixed"
     out: str = "chaos-out"
     address: str | None = None
     namespace: str = "raygroups"
     config: dict = field(default_factory=dict)  # properties of the embedded default's coordinator
 
 
+GROUP_PROTOCOLS = ("classic", "consumer", "mixed")
+HEARTBEAT_INTERVAL_MS = 1_000
+
+
 def coordinator_config(extra: dict, session_timeout_ms: int = RunOptions.session_timeout_ms) -> dict:
     """The embedded default's coordinator properties: the run's own, then ``extra`` (checked: a
     ``ValueError`` names a property that does not exist, a value out of its range, or session bounds that
-    refuse the workload's consumers)."""
+    refuse the workload's consumers). A consumer-protocol group's session is the coordinator's
+    (``group.consumer.session.timeout.ms``, KIP-848): the run gives it the classic consumers' timeout, so
+    that both kinds of group lose a member as fast."""
     from raygroups.coordinator.config import CoordinatorConfig
 
-    config = {"group.initial.rebalance.delay.ms": 1_000, "group.min.session.timeout.ms": 1_000, **extra}
+    config = {"group.initial.rebalance.delay.ms": 1_000, "group.min.session.timeout.ms": 1_000,
+              "group.consumer.min.session.timeout.ms": 1_000,
+              "group.consumer.session.timeout.ms": session_timeout_ms,
+              "group.consumer.min.heartbeat.interval.ms": HEARTBEAT_INTERVAL_MS,
+              "group.consumer.heartbeat.interval.ms": HEARTBEAT_INTERVAL_MS, **extra}
     c = CoordinatorConfig.from_properties(config)
     if not c.group_min_session_timeout_ms <= session_timeout_ms <= c.group_max_session_timeout_ms:
         raise ValueError(f"the workload's consumers use {session_timeout_ms} ms sessions: "
                          f"group.min.session.timeout.ms ({c.group_min_session_timeout_ms}) and "
                          f"group.max.session.timeout.ms ({c.group_max_session_timeout_ms}) must allow them")
     return config
+
+
+def group_protocols(groups: list[str], group_protocol: str) -> dict[str, str]:
+    """Each group's protocol for a run's ``--group-protocol`` (``ValueError`` for an unknown one)."""
+    if group_protocol not in GROUP_PROTOCOLS:
+        raise ValueError(f"group protocol must be one of {', '.join(GROUP_PROTOCOLS)}, got {group_protocol!r}")
+    if group_protocol != "mixed":
+        return dict.fromkeys(groups, group_protocol)
+    return {g: "consumer" if i % 2 else "classic" for i, g in enumerate(groups)}
 
 
 @dataclass
@@ -108,6 +131,7 @@ class Workload:
         self.options = options
         self.t0 = t0
         self.groups = [f"chaos-group-{i}" for i in range(options.groups)]
+        self.protocols = group_protocols(self.groups, options.group_protocol)
         self.source = SyntheticSource({TOPIC: options.topic_partitions}, records_per_partition=None,
                                       records_per_second=options.records_per_second)
         self.events: list[HistoryEvent] = []
@@ -149,12 +173,18 @@ class Workload:
         with self._lock:
             process = f"g{self.groups.index(group)}-c{self._next}"
             self._next += 1
+            # A consumer-protocol group's session is the coordinator's, which ``coordinator_config`` sets to
+            # the same timeout (a deployment reached by address keeps its own: the checker's allowance then
+            # assumes this one).
             value = {"group": group, "consumer": process, "session_timeout_ms": self.options.session_timeout_ms,
-                     "rebalance_timeout_ms": self.options.rebalance_timeout_ms}
+                     "rebalance_timeout_ms": self.options.rebalance_timeout_ms,
+                     "group_protocol": self.protocols[group]}
             self.log.add("invoke", "start-consumer", value)
             self.log.add("ok", "start-consumer", value)
             options = {"assignors": ("cooperative-sticky",), "session_timeout_ms": self.options.session_timeout_ms,
-                       "heartbeat_interval_ms": 1_000, "max_poll_interval_ms": self.options.rebalance_timeout_ms}
+                       "heartbeat_interval_ms": HEARTBEAT_INTERVAL_MS,
+                       "max_poll_interval_ms": self.options.rebalance_timeout_ms,
+                       "group_protocol": self.protocols[group]}
             actor = create_worker(ChaosConsumer, self.cluster.namespace, self.cluster.namespace, group, process,
                                   self.source, self.t0, options, 0.5, resources=self._resources)
             self._slots[group].append({"process": process, "actor": actor, "run": actor.run.remote(),
@@ -293,8 +323,8 @@ class Workload:
     # --- what the live view shows ----------------------------------------------------------------
     def group_views(self) -> dict[str, dict]:
         with self._lock:
-            return {g: {**v, "consumers": sum(1 for s in self._slots[g] if not s["dead"])}
-                    for g, v in self.views.items()}
+            return {g: {**v, "consumers": sum(1 for s in self._slots[g] if not s["dead"]),
+                        "protocol": self.protocols[g]} for g, v in self.views.items()}
 
     def committing_everywhere(self) -> bool:
         return len(self.committed) >= self.options.groups * self.options.topic_partitions
@@ -455,7 +485,8 @@ def run(options: RunOptions, faults: list[str], view: Any) -> RunResult:
         result = check(history)
         report = build_report(history, result, nemesis, options, faults_started - t0,
                               {"replicated": cluster.replicated, "coordinator_partitions": cluster.num_partitions,
-                               "group_partitions": {g: workload.partition_of(g) for g in workload.groups}})
+                               "group_partitions": {g: workload.partition_of(g) for g in workload.groups},
+                               "group_protocols": workload.protocols})
         report["options"] = {**asdict(options), "faults": faults}
         report["baseline"] = {"noop_actor_call_ms": baseline}
         with open(os.path.join(options.out, "report.json"), "w", encoding="utf-8") as f:

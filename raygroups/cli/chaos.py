@@ -31,6 +31,10 @@ def _positive(name: str, value: float, limit: float) -> None:
 @click.option("--rate", type=float, default=12.0, show_default=True, help="Faults per minute (Poisson arrivals).")
 @click.option("--groups", type=int, default=3, show_default=True, help="Consumer groups.")
 @click.option("--consumers", type=int, default=3, show_default=True, help="Consumer actors per group.")
+@click.option("--group-protocol", type=click.Choice(["classic", "consumer", "mixed"]), default="mixed",
+              show_default=True,
+              help="Kafka's group.protocol of the groups: classic, consumer (KIP-848), or mixed (every other "
+                   "group speaks the consumer protocol).")
 @click.option("--nodes", type=int, default=3, show_default=True,
               help="Simulated coordinator nodes of the embedded default (1: a single-node Ray).")
 @click.option("--config", "config_items", multiple=True, metavar="KEY=VALUE",
@@ -42,7 +46,8 @@ def _positive(name: str, value: float, limit: float) -> None:
               help="Directory for history.jsonl, report.json, timeline.png.")
 @click.option("--list-faults", is_flag=True, help="Print the fault catalogue and exit.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON at the end instead of a summary.")
-def run(seconds: float, seed: int, faults: str, rate: float, groups: int, consumers: int, nodes: int,
+def run(seconds: float, seed: int, faults: str, rate: float, groups: int, consumers: int, group_protocol: str,
+        nodes: int,
         config_items: tuple[str, ...], address: str | None, namespace: str, out: str, list_faults: bool,
         as_json: bool) -> None:
     """Run the failover chaos benchmark: a workload of consumer groups under a seeded fault schedule, then
@@ -77,7 +82,7 @@ def run(seconds: float, seed: int, faults: str, rate: float, groups: int, consum
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--faults") from None
     options = RunOptions(seconds=seconds, seed=seed, rate=rate, groups=groups, consumers=consumers, nodes=nodes,
-                         out=out, address=address, namespace=namespace, config=config)
+                         group_protocol=group_protocol, out=out, address=address, namespace=namespace, config=config)
     sys.exit(run_benchmark(options, chosen, as_json))
 
 

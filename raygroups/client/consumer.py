@@ -15,6 +15,9 @@ auto-commit and invokes the rebalance listener.
 * A dynamic member sends LeaveGroup when closed and when the application does not call ``poll()``
   within ``max_poll_interval_ms``; a static member (``group_instance_id``) never does, so a restart
   within the session timeout causes no rebalance.
+* The classic group's leader reads topic metadata again every ``metadata_max_age_ms`` (Kafka's
+  ``metadata.max.age.ms``) and rejoins when a subscribed topic gained partitions or appeared, so that they
+  get assigned; in a consumer-protocol group the coordinator notices that itself.
 * Fatal errors (``FencedInstanceIdError``, ``GroupMaxSizeReachedError``, other unexpected group errors)
   are raised from every later ``poll()``/``commit()``.
 
@@ -63,6 +66,7 @@ from raygroups.coordinator.messages import (
     OffsetCommitResponse,
     OffsetFetchResponse,
     SyncGroupResponse,
+    check_int,
 )
 from raygroups.membership.consumer_member import ConsumerProtocolMember
 from raygroups.membership.member import (
@@ -115,7 +119,9 @@ class Consumer:
         client_id: str | None = None,
         clock: Any = None,
         group_protocol: str = "classic",
+        metadata_max_age_ms: int = 300_000,
     ) -> None:
+        check_int("metadata_max_age_ms", metadata_max_age_ms, 0)
         if group_protocol not in ("classic", "consumer"):
             raise ValueError(f"group_protocol must be 'classic' or 'consumer' (Kafka's group.protocol), got "
                              f"{group_protocol!r}")
@@ -149,7 +155,7 @@ class Consumer:
                 group_id, topics, resolved, group_instance_id=group_instance_id,
                 session_timeout_ms=session_timeout_ms, heartbeat_interval_ms=heartbeat_interval_ms,
                 rebalance_timeout_ms=max_poll_interval_ms, retry_backoff_ms=self._retry_backoff_ms,
-                client_id=self.client_id, now_ms=now,
+                client_id=self.client_id, metadata_max_age_ms=metadata_max_age_ms, now_ms=now,
             )
         # _lock guards the member and the fields below; it is never held while calling the client or
         # the user's listener, so neither can deadlock with the heartbeat thread.
@@ -183,6 +189,7 @@ class Consumer:
             leave = self._member.on_poll(self._clock.now_ms())
         self._send_leave(leave)
         self._start_thread_if_needed()
+        self._maybe_refresh_metadata()
         self._ensure_active_group(deadline)
         self._maybe_auto_commit()
         self._background_step()
@@ -447,6 +454,18 @@ class Consumer:
         # commit() stays usable while close() runs the revocation callback, as in Kafka
         if self._closed:
             raise RuntimeError("the consumer is closed")
+
+    def _maybe_refresh_metadata(self) -> None:
+        """The classic group's leader re-reads topic metadata every ``metadata_max_age_ms`` and rejoins when
+        a subscribed topic's partitions changed (a consumer-protocol group's coordinator does that itself)."""
+        if self.group_protocol != "classic":
+            return
+        with self._lock:
+            due = self._member.metadata_check_due(self._clock.now_ms())
+        if due:
+            topics = self._cluster.topics()
+            with self._lock:
+                self._member.on_metadata(topics, self._clock.now_ms())
 
     def _ensure_active_group(self, deadline: float) -> None:
         while True:

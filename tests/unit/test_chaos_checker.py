@@ -50,17 +50,18 @@ class H:
         return self.op(process, "assign", group=group, member=member, generation=generation,
                        partitions=[[T, p] for p in partitions])
 
-    def gen_commit(self, process, offset, generation, ends="ok", partition=0):
+    def gen_commit(self, process, offset, generation, ends="ok", partition=0, member=None):
         return self.op(process, "commit", ends, group=G, topic=T, partition=partition, offset=offset,
-                       generation=generation, member=process)
+                       generation=generation, member=member or process)
 
     def resume(self, process, offset, partition=0):
         self.ev(process, "invoke", "resume", group=G, topic=T, partition=partition)
         return self.ev(process, "ok", "resume", group=G, topic=T, partition=partition, offset=offset)
 
-    def start(self, consumer, group=G):
+    def start(self, consumer, group=G, protocol=None):
+        extra = {} if protocol is None else {"group_protocol": protocol}
         return self.op("workload", "start-consumer", group=group, consumer=consumer, session_timeout_ms=1_000,
-                       rebalance_timeout_ms=1_000)
+                       rebalance_timeout_ms=1_000, **extra)
 
     def wait(self, seconds):
         """Let ``seconds`` pass before the next event."""
@@ -220,6 +221,70 @@ def test_no_rebalance_from_a_coordinator_failover():
     h = H().start("c1").assign("c1", "m1", 1, [0, 1]).wait(30).start("c2").wait(5).assign("c1", "m1", 2, [0])
     h.assign("c2", "m2", 2, [1]).wait(60).fault("node-kill", node="node-0")
     assert invariants(h.assign("c1", "m1", 3, [0]).assign("c2", "m2", 3, [1]).check()) == ["rebalance-on-failover"]
+
+
+def _consumer_group(*consumers: str) -> H:
+    """A KIP-848 consumer group's history: its consumers started with ``group_protocol: consumer``."""
+    h = H()
+    for c in consumers:
+        h.start(c, protocol="consumer")
+    return h
+
+
+def test_consumer_groups_reconcile_per_member_epoch():
+    # Kafka's CurrentAssignmentBuilder: m1 (epoch 5) must give up partition 0 for m2. m2 moves to epoch 6 at
+    # once with what is free, m1 stays at epoch 5 while it revokes (committing at epoch 5 after m2's epoch 6
+    # was acknowledged), acknowledges and reaches epoch 6; only then does m2 get partition 0, at epoch 6.
+    h = _consumer_group("c1", "c2").assign("c1", "m1", 5, [0, 1]).wait(30).start("c2", protocol="consumer")
+    h.assign("c2", "m2", 6, []).gen_commit("c1", 40, 5, member="m1").assign("c1", "m1", 5, [1])
+    h.assign("c1", "m1", 6, [1]).assign("c2", "m2", 6, [0]).gen_commit("c2", 41, 6, member="m2")
+    assert h.check().ok
+    # The same history in a classic group is a commit acknowledged at an older generation.
+    h = H().start("c1").assign("c1", "m1", 5, [0, 1]).wait(30).start("c2").assign("c2", "m2", 6, [])
+    assert invariants(h.gen_commit("c1", 40, 5, member="m1").check()) == ["generation-went-backwards"]
+
+
+def test_consumer_groups_never_give_one_partition_to_two_members_at_one_epoch():
+    h = _consumer_group("c1", "c2").assign("c1", "m1", 6, [0, 1]).assign("c2", "m2", 6, [1, 2])
+    result = h.check()
+    assert invariants(result) == ["exclusive-ownership"]
+    assert "member epoch 6" in result.violations[0].message and result.violations[0].key == (G, T, 1)
+
+
+def test_a_consumer_group_members_epoch_never_decreases():
+    result = _consumer_group("c1").assign("c1", "m1", 7, [0]).gen_commit("c1", 10, 6, member="m1").check()
+    assert invariants(result) == ["generation-went-backwards"]
+    assert "member 'm1'" in result.violations[0].message and "member epoch 6, but member epoch 7" in \
+        result.violations[0].message
+    # A fenced member that rejoins gets the group's epoch, above its old one; another member's lower epoch
+    # is no concern of its own.
+    h = _consumer_group("c1", "c2").assign("c1", "m1", 7, [0]).assign("c2", "m2", 9, [1])
+    assert h.gen_commit("c1", 10, 7, member="m1").check().ok
+
+
+def test_a_consumer_group_epoch_needs_a_cause_and_has_no_second_round():
+    # A new member epoch means the group epoch moved: after a coordinator failover alone it is a violation.
+    h = _consumer_group("c1").assign("c1", "m1", 1, [0, 1]).wait(30).fault("leader-kill", partition=3)
+    result = h.assign("c1", "m1", 2, [0, 1]).check()
+    assert invariants(result) == ["rebalance-on-failover"] and "member epoch 2" in result.violations[0].message
+    # A member joining is a cause; the epoch after it, once the newcomer is reconciled, is not a second
+    # round of it (a classic cooperative group's would be, after an epoch that left a partition unowned).
+    h = _consumer_group("c1").assign("c1", "m1", 1, [0, 1]).wait(30).start("c2", protocol="consumer")
+    h.assign("c1", "m1", 2, [0]).assign("c2", "m2", 2, [1]).wait(60).fault("leader-kill", partition=3)
+    assert h.check().ok
+    h.assign("c1", "m1", 3, [0])
+    assert invariants(h.check()) == ["rebalance-on-failover"]
+    h = _consumer_group("c1").assign("c1", "m1", 1, [0, 1]).wait(30).start("c2", protocol="consumer")
+    h.assign("c1", "m1", 2, [0]).wait(60).assign("c1", "m1", 3, [0])
+    assert invariants(h.check()) == ["rebalance-on-failover"]
+    h = H().start("c1").assign("c1", "m1", 1, [0, 1]).wait(30).start("c2")
+    assert h.assign("c1", "m1", 2, [0]).wait(60).assign("c1", "m1", 3, [0]).check().ok
+
+
+def test_a_history_naming_an_unknown_group_protocol_is_refused():
+    h = H().start("c1", protocol="eager")
+    with pytest.raises(HistoryError, match="group_protocol must be classic or consumer, got 'eager'"):
+        h.check()
 
 
 def test_single_writer_per_partition_and_epoch():

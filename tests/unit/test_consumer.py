@@ -114,6 +114,29 @@ def test_three_consumers_form_a_group_and_split_the_partitions():
         c0.seek(min(cs[1].assignment()), 1)
 
 
+def test_the_leader_rejoins_when_a_subscribed_topic_grows_after_metadata_max_age():
+    # Kafka's ConsumerCoordinator: the leader's assignment snapshot no longer matches the metadata it reads
+    # every metadata.max.age.ms, so it rejoins and the new partitions are assigned.
+    env = Env()
+    cs = [env.consumer(f"c{i}", metadata_max_age_ms=30_000) for i in range(3)]
+    env.drive(cs, settled(cs))
+    generation = cs[0].generation_id
+    env.coord.create_topic(TOPIC, 9)
+    for _ in range(29):  # heartbeating, short of metadata.max.age.ms since the assignment
+        env.clock.advance(1_000)
+        for c in cs:
+            c.poll(0)
+    assert cs[0].generation_id == generation and env.coord.group_state_for_testing(GROUP) == "Stable"
+    env.clock.advance(1_000)
+    grown = frozenset((TOPIC, p) for p in range(9))
+    env.drive(cs, settled(cs, grown))
+    assert [len(c.assignment()) for c in cs] == [3, 3, 3] and cs[0].generation_id > generation
+    # Metadata that did not change leads to nothing.
+    generation = cs[0].generation_id
+    env.drive(cs, lambda: False if env.clock.now_ms() < 200_000 else settled(cs, grown)(), max_steps=2_100)
+    assert cs[0].generation_id == generation
+
+
 def test_auto_commit_commits_changed_positions_during_poll():
     env = Env()
     c = env.consumer("c", auto_commit_interval_ms=1_000)
@@ -365,6 +388,7 @@ def test_wall_clock_heartbeat_thread_leaves_when_poll_is_not_called_in_time():
     ({"listener": object()}, TypeError, "listener"),
     ({"client_id": 5}, TypeError, "client_id"),
     ({"clock": object()}, TypeError, "clock"),
+    ({"metadata_max_age_ms": -1}, ValueError, "metadata_max_age_ms"),
 ])
 def test_constructor_rejects_bad_arguments_naming_them(kwargs, exc, name):
     env = Env()
