@@ -224,11 +224,14 @@ def plot_timeline(history: History, report: dict, path: str) -> None:
         axes[2].broken_barh([(a, b - a) for a, b in w], (parts.index(p) - 0.4, 0.8), color="tab:red", alpha=0.7)
     axes[2].set_yticks(range(len(parts)), [f"p{p}" for p in parts])
     axes[2].set_ylabel(f"unavailable (no commit\nserved within {SLOW_S:g} s)")
+    protocols = report.get("group_protocols", {})
     for group, gens in sorted(rebalances(history).items()):
         xs = [op.complete.time for _, op in gens]
         ys = [g for g, _ in gens]
-        axes[3].step(xs + [end], ys + ys[-1:], where="post", label=group, lw=1)
-    axes[3].set_ylabel("generation")
+        label = f"{group} ({protocols[group]})" if group in protocols else group
+        axes[3].step(xs + [end], ys + ys[-1:], where="post", label=label, lw=1)
+    axes[3].set_ylabel("generation\n(consumer protocol:\nnewest member epoch)" if "consumer" in protocols.values()
+                       else "generation")
     axes[3].set_xlabel("seconds since the run started")
     axes[3].legend(loc="upper left", fontsize=7)
     for a in axes:
