@@ -52,8 +52,11 @@ CONFIG = {"group.initial.rebalance.delay.ms": 0}
 CLASSIC = {"assignors": ("cooperative-sticky",), "session_timeout_ms": 45_000, "heartbeat_interval_ms": 3_000}
 
 
+_TERMINAL = [sys.stdout]  # the real terminal while Ray's output goes to a log
+
+
 def _say(text: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.__stdout__, flush=True)
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", file=_TERMINAL[0], flush=True)
 
 
 def _consumer(cluster, group: str, topic: str, protocol: str, **kw) -> Consumer:
@@ -67,6 +70,11 @@ def _owners(consumers) -> tuple[int, bool]:
     owned = [c.assignment() for c in consumers]
     union = frozenset().union(*owned)
     return len(union), sum(map(len, owned)) == len(union)
+
+
+def _balanced(consumers) -> bool:
+    sizes = [len(c.assignment()) for c in consumers]
+    return max(sizes) - min(sizes) <= 1
 
 
 # --- "10 consumers, the topic grows by 900 partitions" -----------------------------------------------
@@ -90,7 +98,7 @@ def topic_grows(cluster, protocol: str, before: int = 100, after: int = 1_000,
         threads[-1].start()
         time.sleep(0.2)
     deadline = time.monotonic() + 180
-    while _owners(consumers) != (before, True) or len({len(c.assignment()) for c in consumers}) != 1:
+    while _owners(consumers) != (before, True) or not _balanced(consumers):
         if time.monotonic() > deadline:
             raise TimeoutError(f"{protocol}: the group of {len(consumers)} did not form")
         time.sleep(0.1)
@@ -154,8 +162,7 @@ class Members:
         while True:
             self.sweep()
             owned, exclusive = _owners(self.consumers)
-            sizes = [len(c.assignment()) for c in self.consumers]
-            if owned == partitions and exclusive and max(sizes) - min(sizes) <= 1 and \
+            if owned == partitions and exclusive and _balanced(self.consumers) and \
                     all(c.state == "STABLE" for c in self.consumers):
                 return time.monotonic() - started
             if time.monotonic() - started > timeout_s:
@@ -263,7 +270,8 @@ def main() -> None:
     os.makedirs(RESULTS, exist_ok=True)
     result: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                                 "platform": platform.platform(), "ray": ray.__version__}}
-    with quiet_output(str(RESULTS / "kip848-clients-ray-output.log")):
+    with quiet_output(str(RESULTS / "kip848-clients-ray-output.log")) as terminal:
+        _TERMINAL[0] = terminal
         cluster = start_local(num_partitions=1, config=CONFIG, num_cpus=2)
         try:
             grows = {}

@@ -59,6 +59,7 @@ _PROPERTIES: dict[str, _Prop] = {
     "group.consumer.min.heartbeat.interval.ms": _Prop("group_consumer_min_heartbeat_interval_ms", 1, _INT_MAX),
     "group.consumer.max.heartbeat.interval.ms": _Prop("group_consumer_max_heartbeat_interval_ms", 1, _INT_MAX),
     "group.consumer.max.size": _Prop("group_consumer_max_size", 1, _INT_MAX),
+    "group.consumer.assignment.interval.ms": _Prop("group_consumer_assignment_interval_ms", 0, _INT_MAX),
     "group.consumer.assignors": _Prop("group_consumer_assignors", 0, 0, names=("uniform", "range")),
     "shard.session.timeout.ms": _Prop("shard_session_timeout_ms", 500, 300_000),
     "shard.standby.enable": _Prop("shard_standby_enable", 0, 1, boolean=True),
@@ -100,6 +101,8 @@ class CoordinatorConfig:
     group_consumer_min_heartbeat_interval_ms: int = 5_000
     group_consumer_max_heartbeat_interval_ms: int = 15_000
     group_consumer_max_size: int = _INT_MAX
+    # KIP-1263 (Kafka 4.3): a group's target assignment is computed at most once per interval.
+    group_consumer_assignment_interval_ms: int = 1_000
     group_consumer_assignors: str = "uniform,range"
     delete_retention_ms: int = 86_400_000
     min_insync_replicas: int = 2

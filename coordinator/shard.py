@@ -69,6 +69,8 @@ class GroupCoordinatorShard(RebalanceMixin, OffsetsMixin, ConsumerGroupMixin):
         self.groups: dict[str, ClassicGroup] = {}
         # KIP-394 pending member ids of the groups in ``self.groups`` (group.classic.max.pending.members).
         self.pending_member_count = 0
+        # Soft: when each consumer group's target was last computed here (KIP-1263's assignment interval).
+        self.consumer_assigned_at: dict[str, int] = {}
 
     # ------------------------------------------------------------------------------------------
     # Operation plumbing (used by the runtime)

@@ -209,11 +209,13 @@ class ConsumerGroupMixin:
         )
         # 1. The member, and the group epoch.
         bump = group.group_epoch == 0
+        resubscribed = False
         if updated != member:
             records.append((ConsumerGroupMemberMetadataKey(group.group_id, member_id), updated))
             if member is None or (updated.subscribed_topic_names, updated.subscribed_topic_regex) != (
                     member.subscribed_topic_names, member.subscribed_topic_regex):
                 bump = True
+                resubscribed = member is not None
         members = dict(group.members)
         if replaced is not None:
             del members[replaced]
@@ -228,9 +230,10 @@ class ConsumerGroupMixin:
         targets = dict(group.targets)
         if replaced is not None:
             targets[member_id] = targets.pop(replaced, EMPTY_ASSIGNMENT)
-        if group_epoch > group.assignment_epoch:
+        if group_epoch > group.assignment_epoch and (resubscribed or self._assignment_due(group)):
             targets = self._new_target_assignment(group, group_epoch, members, targets, dict(metadata), records)
             target_epoch = group_epoch
+            self.consumer_assigned_at[group.group_id] = self.now_ms()
         else:
             target_epoch = group.assignment_epoch
         # 3. This member's reconciliation.
@@ -398,6 +401,18 @@ class ConsumerGroupMixin:
                         ConsumerGroupTargetAssignmentMetadataValue(group_epoch)))
         return new_targets
 
+    def _assignment_due(self, group: ConsumerGroupData) -> bool:
+        """KIP-1263 (Kafka 4.3's ``group.consumer.assignment.interval.ms``): a group's target is computed at
+        most once per interval, so that the epochs a burst of joins, leaves and topic changes moves through
+        are batched into one computation, made by the first heartbeat after the interval (a group's first
+        computation, and its first after this shard loaded it, at once). Meanwhile members reconcile towards
+        the target of the assignment epoch, and a member that joins does so at that epoch, with nothing
+        assigned yet. A member's own subscription change is not deferred: Kafka revokes the partitions of
+        topics it left while its target lags; here its target is recomputed at once, so that no member ever
+        holds, or is given, a topic it no longer subscribes to."""
+        last = self.consumer_assigned_at.get(group.group_id) if group.group_epoch else None
+        return last is None or self.now_ms() - last >= self.config.group_consumer_assignment_interval_ms
+
     def _preferred_assignor(self, members) -> str:
         """The server assignor most members name (ties: the first in ``group.consumer.assignors``), else the
         default (Kafka's ``computePreferredServerAssignor``)."""
@@ -437,6 +452,10 @@ class ConsumerGroupMixin:
         """Kafka's ``consumerGroupFenceMember``: the member's records go, the group epoch moves on (with the
         subscription metadata the remaining members need)."""
         records = _member_tombstones(group.group_id, member_id)
+        if set(group.members) <= {member_id}:
+            # The last member: an empty group's next member is assigned at once (and a deleted group's
+            # entry does not linger).
+            self.consumer_assigned_at.pop(group.group_id, None)
         metadata = self._subscription_metadata(group, [group.members.get(member_id)], [])
         records.append((ConsumerGroupMetadataKey(group.group_id), ConsumerGroupMetadataValue(group.group_epoch + 1,
                                                                                              metadata)))

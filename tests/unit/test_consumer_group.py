@@ -30,7 +30,9 @@ class C(Ctx):
     """The shared context plus consumer-protocol helpers."""
 
     def __init__(self, topics=None, config=None, **kw):
-        super().__init__(config=config, **kw)
+        # Kafka's GroupMetadataManagerTest scenarios predate KIP-1263's assignment interval: a target per
+        # epoch, as with an interval of 0 (test_assignment_interval_* cover the interval).
+        super().__init__(config={"group.consumer.assignment.interval.ms": 0, **(config or {})}, **kw)
         for name, n in (topics or {"foo": 6, "bar": 3}).items():
             self.coord.create_topic(name, n)
 
@@ -275,6 +277,59 @@ def test_group_consumer_max_size():
     assert r.error is Errors.GROUP_MAX_SIZE_REACHED and "maximum capacity of 2 members" in r.error_message
     assert ok(ctx.hb(member_id=a.member_id, member_epoch=a.member_epoch)).member_epoch >= 1  # members stay
     assert b.member_epoch == 2
+
+
+# ------------------------------------------------------------------------------ KIP-1263: the assignment interval
+def _assignment_epochs(ctx) -> list[int]:
+    """The assignment epochs the log holds, in order: one per target computation."""
+    return [v.assignment_epoch for k, v in ctx.records() if type(k) is ConsumerGroupTargetAssignmentMetadataKey]
+
+
+def test_assignment_interval_batches_a_burst_of_joins_into_one_target():
+    """KIP-1263 (Kafka 4.3's group.consumer.assignment.interval.ms, 1 s by default): the group's first target
+    at once; members joining within the interval join at the assignment epoch with nothing assigned; the
+    first heartbeat after the interval computes one target for every epoch the burst moved through."""
+    ctx = C(topics={"foo": 6}, config={"group.consumer.assignment.interval.ms": 1_000})
+    a = ok(ctx.hb(subscribed_topic_names=["foo"]))
+    assert a.member_epoch == 1 and a.assignment == {"foo": [0, 1, 2, 3, 4, 5]}
+    ctx.clock.advance(100)
+    b, c = ok(ctx.hb(subscribed_topic_names=["foo"])), ok(ctx.hb(subscribed_topic_names=["foo"]))
+    assert (b.member_epoch, b.assignment, c.member_epoch, c.assignment) == (1, {}, 1, {})
+    d = ctx.describe()
+    assert (d.group_epoch, d.assignment_epoch, d.group_state) == (3, 1, "Assigning")
+    # a heartbeats within the interval: epoch 1's target is still its target, nothing to do.
+    r = ok(ctx.hb(member_id=a.member_id, member_epoch=1, topic_partitions={"foo": [0, 1, 2, 3, 4, 5]}))
+    assert (r.member_epoch, r.assignment) == (1, None) and _assignment_epochs(ctx) == [1]
+    ctx.clock.advance(900)
+    r = ok(ctx.hb(member_id=b.member_id, member_epoch=1, topic_partitions={}))
+    assert _assignment_epochs(ctx) == [1, 3]  # one computation for epochs 2 and 3
+    assert r.member_epoch == 3 and r.assignment is None  # still nothing: its share is a's, which must revoke first
+    r = ok(ctx.hb(member_id=a.member_id, member_epoch=1, topic_partitions={"foo": [0, 1, 2, 3, 4, 5]}))
+    assert r.member_epoch == 1 and len(r.assignment["foo"]) == 2  # revoking 4 partitions
+    r = ok(ctx.hb(member_id=a.member_id, member_epoch=1, topic_partitions=r.assignment))
+    assert r.member_epoch == 3
+    for m in (b, c):
+        assert len(ok(ctx.hb(member_id=m.member_id, member_epoch=m.member_epoch if m is c else 3,
+                             topic_partitions={})).assignment["foo"]) == 2
+    assert ctx.describe().group_state == "Stable" and _assignment_epochs(ctx) == [1, 3]
+    ctx.check_replay()
+
+
+def test_assignment_interval_does_not_defer_a_members_own_subscription_change_nor_a_reloaded_group(tmp_path):
+    ctx = C(topics={"foo": 2, "bar": 2}, config={"group.consumer.assignment.interval.ms": 60_000}, log_dir=tmp_path)
+    a = ok(ctx.hb(subscribed_topic_names=["foo", "bar"]))
+    assert a.assignment == {"bar": [0, 1], "foo": [0, 1]}
+    # Within the interval a leaves bar: its target is recomputed at once, so it revokes bar now.
+    r = ok(ctx.hb(member_id=a.member_id, member_epoch=1, subscribed_topic_names=["foo"]))
+    assert _assignment_epochs(ctx) == [1, 2] and r.assignment == {"foo": [0, 1]} and r.member_epoch == 1
+    # A join within the interval waits; a shard that loads the group again computes at its first heartbeat.
+    b = ok(ctx.hb(subscribed_topic_names=["foo"]))
+    assert (b.member_epoch, _assignment_epochs(ctx)) == (2, [1, 2])
+    ctx.coord.unload(0, None)
+    ctx.coord.load(0, 1)
+    ok(ctx.hb(member_id=b.member_id, member_epoch=2, topic_partitions={}))
+    assert _assignment_epochs(ctx) == [1, 2, 3]
+    ctx.check_replay()
 
 
 # ------------------------------------------------------------------------------------------ leave, timers
