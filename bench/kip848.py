@@ -6,10 +6,12 @@ own computation costs, on one core of this machine).
   topic, and 100 topics of 1 000 partitions) and ``range``, a first assignment and a re-run after one
   member leaves and one joins. Baseline: the classic protocol's client-side assignors (``range`` and
   ``cooperative-sticky``, which a group leader runs in JoinGroup/SyncGroup) on the same input.
-* A 1 000-member group forming through the in-process coordinator: every member's heartbeats until each
-  holds its share at the group's epoch (consumer protocol) against every member's JoinGroup (two steps)
-  and SyncGroup until all hold one generation's assignment (classic, initial delay 0): coordinator CPU
-  seconds and requests answered.
+* A 1 000-member group forming through the in-process coordinator: every member joins at once, then
+  heartbeats every 5 s (the manual clock's) until each holds its share at the group's epoch (consumer
+  protocol; with KIP-1263's assignment interval of 1 s, the default, and with 0: one target per group
+  epoch, as Kafka computed before 4.3) against every member's JoinGroup (two steps) and SyncGroup until
+  all hold one generation's assignment (classic, initial delay 0): coordinator CPU seconds, requests
+  answered and target computations.
 * "10 consumers, the topic grows by 900 partitions" (Kafka's published case: 5 s with KIP-848 against
   103 s classic, where the classic figure is dominated by the barrier waiting on the slowest member):
   here, with members that answer at once, what is left is the coordinator's work and the number of
@@ -80,20 +82,21 @@ def assignor_times(members: int, topics: dict[str, int]) -> dict:
     return out
 
 
-def _coordinator(topics: dict[str, int]) -> tuple[InProcessCoordinator, ManualClock]:
+def _coordinator(topics: dict[str, int], **config) -> tuple[InProcessCoordinator, ManualClock]:
     clock = ManualClock(0)
     counter = itertools.count()
-    coord = InProcessCoordinator(num_partitions=1, clock=clock, config=CONFIG,
+    coord = InProcessCoordinator(num_partitions=1, clock=clock, config={**CONFIG, **config},
                                  member_id_generator=lambda prefix: f"{prefix}-{next(counter)}")
     for name, n in topics.items():
         coord.create_topic(name, n)
     return coord, clock
 
 
-def consumer_group_forms(members: int, topic: str, partitions: int) -> dict:
-    """Every member joins, then heartbeats round after round (reporting what it owns) until all are at the
-    assignment epoch and own their target."""
-    coord, _ = _coordinator({topic: partitions})
+def consumer_group_forms(members: int, topic: str, partitions: int, interval_ms: int) -> dict:
+    """Every member joins, then heartbeats round after round, a heartbeat interval apart (reporting what it
+    owns), until all are at the assignment epoch and own their target; ``interval_ms``: KIP-1263's
+    ``group.consumer.assignment.interval.ms``."""
+    coord, clock = _coordinator({topic: partitions}, **{"group.consumer.assignment.interval.ms": interval_ms})
     hb = coord.consumer_group_heartbeat
     start, requests = time.process_time(), 0
     state: dict[str, tuple[int, dict]] = {}
@@ -108,6 +111,7 @@ def consumer_group_forms(members: int, topic: str, partitions: int) -> dict:
         if described.group_state == "Stable":
             break
         rounds += 1
+        clock.advance(CONFIG["group.consumer.heartbeat.interval.ms"])
         for member_id, (epoch, owned) in list(state.items()):
             r = hb(group_id="g", member_id=member_id, member_epoch=epoch, topic_partitions=owned).result(0)
             requests += 1
@@ -115,7 +119,10 @@ def consumer_group_forms(members: int, topic: str, partitions: int) -> dict:
             state[member_id] = (r.member_epoch, owned if r.assignment is None else r.assignment)
     seconds = time.process_time() - start
     coord.close()
-    return {"coordinator_cpu_s": round(seconds, 3), "requests": requests, "heartbeat_rounds_after_joining": rounds}
+    return {"assignment_interval_ms": interval_ms, "coordinator_cpu_s": round(seconds, 3), "requests": requests,
+            "heartbeat_rounds_after_joining": rounds,
+            "target_computations": sum(1 for k, _ in coord.log_records(0)
+                                       if type(k).__name__ == "ConsumerGroupTargetAssignmentMetadataKey")}
 
 
 def classic_group_forms(members: int, topic: str, partitions: int) -> dict:
@@ -156,7 +163,7 @@ def topic_grows(protocol: str, members: int = 10, before: int = 100, after: int 
         # A classic group re-forms in full when its leader notices the new partitions: every member rejoins
         # and syncs behind the barrier, as in a first formation (measured as one).
         return {"protocol": "classic", **classic_group_forms(members, "t", after)}
-    coord, _ = _coordinator({"t": before})
+    coord, clock = _coordinator({"t": before})
     hb = coord.consumer_group_heartbeat
     state = {}
     for i in range(members):
@@ -164,6 +171,7 @@ def topic_grows(protocol: str, members: int = 10, before: int = 100, after: int 
                topic_partitions={}).result(0)
         state[r.member_id] = (r.member_epoch, r.assignment or {})
     for _ in range(4):
+        clock.advance(CONFIG["group.consumer.heartbeat.interval.ms"])
         for member_id, (epoch, owned) in list(state.items()):
             r = hb(group_id="g", member_id=member_id, member_epoch=epoch, topic_partitions=owned).result(0)
             state[member_id] = (r.member_epoch, owned if r.assignment is None else r.assignment)
@@ -172,6 +180,7 @@ def topic_grows(protocol: str, members: int = 10, before: int = 100, after: int 
     start, requests, rounds = time.process_time(), 0, 0
     while True:
         rounds += 1
+        clock.advance(CONFIG["group.consumer.heartbeat.interval.ms"])
         for member_id, (epoch, owned) in list(state.items()):
             r = hb(group_id="g", member_id=member_id, member_epoch=epoch, topic_partitions=owned).result(0)
             requests += 1
@@ -194,7 +203,8 @@ def main() -> None:
             "kafka_published_uniform_ms": [3.5, 4.3],
         },
         "group_of_1000_forms": {
-            "consumer": consumer_group_forms(1_000, "t", 2_000),
+            "consumer": consumer_group_forms(1_000, "t", 2_000, interval_ms=1_000),
+            "consumer_one_target_per_epoch": consumer_group_forms(1_000, "t", 2_000, interval_ms=0),
             "classic": classic_group_forms(1_000, "t", 2_000),
         },
         "ten_consumers_topic_grows_by_900": {

@@ -121,6 +121,8 @@ def validate_consumer_group_heartbeat(req: ConsumerGroupHeartbeatRequest, messag
     owned = req.topic_partitions
     if owned is not None and not (isinstance(owned, tuple) and all(isinstance(e, tuple) for e in owned)):
         owned = _check_partitions("topic_partitions", owned)
+    if names == req.subscribed_topic_names and owned is req.topic_partitions:
+        return req  # already normal (a steady member's heartbeat: no copy)
     return dataclasses.replace(req, subscribed_topic_names=names, topic_partitions=owned)
 
 

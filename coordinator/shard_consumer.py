@@ -216,10 +216,12 @@ class ConsumerGroupMixin:
                     member.subscribed_topic_names, member.subscribed_topic_regex):
                 bump = True
                 resubscribed = member is not None
-        members = dict(group.members)
-        if replaced is not None:
-            del members[replaced]
-        members[member_id] = updated
+        members = group.members  # read only below: copied only when this heartbeat changes it
+        if replaced is not None or updated != member:
+            members = dict(members)
+            if replaced is not None:
+                del members[replaced]
+            members[member_id] = updated
         metadata = self._subscription_metadata(group, [group.members.get(member_id), group.members.get(replaced)],
                                                [updated])
         group_epoch = group.group_epoch
@@ -227,8 +229,9 @@ class ConsumerGroupMixin:
             group_epoch += 1
             records.append((ConsumerGroupMetadataKey(group.group_id), ConsumerGroupMetadataValue(group_epoch, metadata)))
         # 2. The target assignment.
-        targets = dict(group.targets)
+        targets = group.targets  # likewise
         if replaced is not None:
+            targets = dict(targets)
             targets[member_id] = targets.pop(replaced, EMPTY_ASSIGNMENT)
         if group_epoch > group.assignment_epoch and (resubscribed or self._assignment_due(group)):
             targets = self._new_target_assignment(group, group_epoch, members, targets, dict(metadata), records)
