@@ -294,6 +294,7 @@ def main() -> None:
             _say(json.dumps(rates))
         finally:
             cluster.shutdown()
+    _TERMINAL[0] = sys.stdout
     path = RESULTS / "kip848-clients.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
     _say(f"wrote {path}")
