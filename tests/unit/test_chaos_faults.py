@@ -38,3 +38,18 @@ def test_parse_faults():
         parse_faults("node-kill", False)
     with pytest.raises(ValueError, match="names no fault"):
         parse_faults(" , ", True)
+
+
+def test_group_protocols_of_a_run():
+    from raygroups.chaos.run import coordinator_config, group_protocols
+
+    groups = ["g0", "g1", "g2"]
+    assert group_protocols(groups, "mixed") == {"g0": "classic", "g1": "consumer", "g2": "classic"}
+    assert set(group_protocols(groups, "consumer").values()) == {"consumer"}
+    assert set(group_protocols(groups, "classic").values()) == {"classic"}
+    with pytest.raises(ValueError, match="group protocol must be one of classic, consumer, mixed, got 'eager'"):
+        group_protocols(groups, "eager")
+    # A consumer-protocol group's session is the coordinator's: the run gives it the classic consumers' own.
+    config = coordinator_config({}, session_timeout_ms=8_000)
+    assert config["group.consumer.session.timeout.ms"] == 8_000
+    assert config["group.consumer.heartbeat.interval.ms"] == 1_000

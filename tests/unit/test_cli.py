@@ -39,6 +39,9 @@ def test_usage_errors_exit_2(args, message):
     (("--config", "shard.standby.per.partition=3"), "shard.standby.per.partition must be true or false, got int 3"),
     (("--config", "shard.standby.per.partition=true", "--address", "auto"), "applies to the embedded default only"),
     (("--config", "group.max.session.timeout.ms=5000"), "the workload's consumers use 10000 ms sessions"),
+    (("--config", "group.consumer.min.session.timeout.ms=45000"),
+     "group.consumer.session.timeout.ms must be in [group.consumer.min.session.timeout.ms (45000)"),
+    (("--group-protocol", "eager"), "'eager' is not one of 'classic', 'consumer', 'mixed'"),
 ])
 def test_chaos_run_config_errors_exit_2_before_anything_starts(args, message):
     result = run("chaos", "run", "--seconds", "1", *args)
