@@ -149,7 +149,8 @@ def run_with_progress(cluster: Any, *, partitions: list[int] | None = None, stor
         step("compact", 1, 3)
         dropped = job.tombstones_dropped(keep, last)
         step("compact", 2, 3)
-        records.unpersist()
+        for frame in (keep, last, records):
+            frame.unpersist()
         equivalence = job.check_equivalence(session, storage_uri, segment_refs, run_id)
         step("compact", 3, 3)
     by_partition: dict[int, list[dict]] = {}

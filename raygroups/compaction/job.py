@@ -162,7 +162,8 @@ def records_frame(spark: Any, store_uri: str, refs: list[SegmentRef]):
 
 
 def keep_frame(records, *, delete_retention_ms: int, now_ms: int):
-    """Step 2: ``(partition, offset)`` of every surviving record, and ``last``: each key's last record."""
+    """Step 2: ``(partition, offset)`` of every surviving record, and ``last``: each key's last record (both
+    cached: the caller unpersists them when the run is done)."""
     from pyspark.sql import functions as F
 
     commit_value = (F.col("type_id") == OFFSET_COMMIT_KEY_TYPE) & ~F.col("tombstone")
@@ -214,7 +215,7 @@ def keep_frame(records, *, delete_retention_ms: int, now_ms: int):
         .unionByName(creator_last.select("partition", F.col("last_pos").alias("offset")))
         .unionByName(keep_tombstone.select("partition", F.col("mt_at").alias("offset")))
         .distinct()
-    )
+    ).cache()  # steps 3 and the tombstone count both read it: one computation (the caller unpersists both)
     return keep, last
 
 
