@@ -414,7 +414,9 @@ class ConsumerGroupMixin:
         topics it left while its target lags; here its target is recomputed at once, so that no member ever
         holds, or is given, a topic it no longer subscribes to."""
         last = self.consumer_assigned_at.get(group.group_id) if group.group_epoch else None
-        return last is None or self.now_ms() - last >= self.config.group_consumer_assignment_interval_ms
+        now = self.now_ms()
+        # A wall clock stepped back (now < last) must not defer the computation by the step.
+        return last is None or now < last or now - last >= self.config.group_consumer_assignment_interval_ms
 
     def _preferred_assignor(self, members) -> str:
         """The server assignor most members name (ties: the first in ``group.consumer.assignors``), else the

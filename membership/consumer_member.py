@@ -13,7 +13,8 @@ reconcile -- a ``PrepareJoin`` whose listener events revoke (or lose) partitions
 ``JoinComplete`` whose ``added`` are assigned -- or None when the member owns its target.
 
 Reactions (Kafka's ``ConsumerHeartbeatRequestManager.onErrorResponse``): FENCED_MEMBER_EPOCH and
-UNKNOWN_MEMBER_ID lose every partition and rejoin at epoch 0 with the same member id (KIP-1082);
+UNKNOWN_MEMBER_ID lose every partition and, once the application thread has run ``on_partitions_lost``,
+rejoin at epoch 0 with the same member id (KIP-1082);
 coordinator errors rediscover; UNRELEASED_INSTANCE_ID, FENCED_INSTANCE_ID, GROUP_MAX_SIZE_REACHED,
 INVALID_REQUEST, UNSUPPORTED_ASSIGNOR and any other error are fatal.
 
@@ -118,6 +119,11 @@ class ConsumerProtocolMember:
             self._stay_out = True
             return self._leave(LEAVE_EPOCH)
         if self._stay_out:
+            return None
+        if self._lost and not self._joined:
+            # Fenced or left: rejoin only once the application has given up what it lost (Kafka's
+            # ConsumerMembershipManager goes from FENCED to JOINING after onPartitionsLost completes), so that
+            # nothing it still believes it owns is committed at the epoch it rejoins with.
             return None
         if self._inflight is not None or not (self._ack_needed or now_ms >= self._next_heartbeat_ms):
             return None

@@ -6,13 +6,16 @@ the generations their ``commit`` operations carried. In a KIP-848 consumer group
 has its own, and a member that still has to revoke stays at its epoch while the others move on.
 
 * ``exclusive-ownership`` -- two members of a group were assigned the same partition in one generation
-  (in a consumer group: at one member epoch; the coordinator gives a member a partition only at the epoch
-  after the one its previous owner held it at, once that owner has acknowledged its revocation, Kafka's
-  ``CurrentAssignmentBuilder``);
+  (in a consumer group: at one member epoch, i.e. in one target assignment. That a partition moves only
+  once its previous owner let go cannot be told from the clients' side alone -- a member fenced without
+  knowing it still believes it owns its partitions, as in Kafka -- so what the coordinator must enforce
+  there, that such a zombie's commits are refused, is checked by the next invariant);
 * ``generation-went-backwards`` -- an operation acknowledged at generation g was invoked after another
   operation of the same group (in a consumer group: of the same member) had been acknowledged at a
   generation above g (only acknowledged assignments and commits count: a JoinGroup answer is not durable,
-  as in Kafka);
+  as in Kafka); in a consumer group also a commit of a partition acknowledged at a member epoch below the
+  one another member had been assigned that partition at before the commit was invoked (a zombie's
+  commit the coordinator should have refused);
 * ``rebalance-on-failover`` -- a group reached a new generation (after the first one the history shows)
   with no membership change to cause it: no
   consumer started or stopped by the workload, no consumer's first join (its actor may start long after the
@@ -105,10 +108,12 @@ def exclusive_ownership(history: History, violation) -> None:
 
 def generations(history: History, violation) -> None:
     """``generation-went-backwards`` in line order: what each operation saw acknowledged when invoked (per
-    group; per member in a consumer group)."""
+    group; per member in a consumer group, where a commit of a partition is also held to the epoch its
+    newest owner was assigned it at: a member's older epoch for it is a zombie's)."""
     protocol = protocols(history)
     highest: dict[tuple[str, ...], tuple[int, Operation]] = {}
-    seen_at_invoke: dict[int, tuple[int, Operation] | None] = {}
+    owner: dict[tuple[str, str, int], tuple[int, str, Operation]] = {}  # consumer groups: newest assignee
+    seen_at_invoke: dict[int, tuple] = {}
     by_line = {}
     for op in history.operations:
         if op.f in ("assign", "commit") and "generation" in op.invoke.value:
@@ -122,21 +127,36 @@ def generations(history: History, violation) -> None:
         group = _str(op.invoke.value, "group", op)
         generation = _int(op.invoke.value, "generation", op)
         consumer = protocol.get(group) == "consumer"
-        key = (group, _str(op.invoke.value, "member", op)) if consumer else (group,)
+        member = _str(op.invoke.value, "member", op) if consumer else ""
+        key = (group, member) if consumer else (group,)
+        tp = None
+        if consumer and op.f == "commit":
+            tp = (group, _str(op.invoke.value, "topic", op), _int(op.invoke.value, "partition", op))
         if ev.type == "invoke":
-            seen_at_invoke[ev.line] = highest.get(key)
+            seen_at_invoke[ev.line] = (highest.get(key), owner.get(tp) if tp else None)
             continue
-        if ev.type != "ok" or generation < 0:
+        # A consumer-protocol member's epoch 0 is its join, never an epoch anything is acknowledged at.
+        if ev.type != "ok" or generation < (1 if consumer else 0):
             continue
-        before = seen_at_invoke.get(op.invoke.line)
+        before, assignee = seen_at_invoke.get(op.invoke.line, (None, None))
+        word = _generation_word(protocol.get(group, "classic"))
         if before is not None and generation < before[0]:
-            word = _generation_word(protocol.get(group, "classic"))
-            whose = f"group {group!r} member {key[1]!r}" if consumer else f"group {group!r}"
+            whose = f"group {group!r} member {member!r}" if consumer else f"group {group!r}"
             violation("generation-went-backwards", (group, "", -1),
                       f"{whose}: {op.describe()} was acknowledged at {word} {generation}, but {word} {before[0]} "
                       f"had been acknowledged before it was invoked ({before[1].describe()})", [before[1], op])
+        if assignee is not None and assignee[1] != member and generation < assignee[0]:
+            violation("generation-went-backwards", tp,
+                      f"group {group!r} {tp[1]}:{tp[2]}: member {member!r}'s commit at member epoch {generation} "
+                      f"was acknowledged ({op.describe()}), but member {assignee[1]!r} had been assigned the "
+                      f"partition at member epoch {assignee[0]} before it was invoked ({assignee[2].describe()})",
+                      [assignee[2], op])
         if key not in highest or generation > highest[key][0]:
             highest[key] = (generation, op)
+        if consumer and op.f == "assign":
+            for t, p in _value(op).get("partitions") or []:
+                if (group, t, p) not in owner or generation > owner[(group, t, p)][0]:
+                    owner[(group, t, p)] = (generation, member, op)
 
 
 def rebalances(history: History) -> dict[str, list[tuple[int, Operation]]]:

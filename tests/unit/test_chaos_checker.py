@@ -262,6 +262,20 @@ def test_a_consumer_group_members_epoch_never_decreases():
     assert h.gen_commit("c1", 10, 7, member="m1").check().ok
 
 
+def test_a_zombie_members_commit_below_the_new_owners_epoch_is_a_violation():
+    # m1 was fenced at epoch 5 without knowing it; m2 got partition 0 at epoch 7: m1's commit at epoch 5 must
+    # be refused (STALE_MEMBER_EPOCH or UNKNOWN_MEMBER_ID).
+    h = _consumer_group("c1", "c2").assign("c1", "m1", 5, [0, 1]).assign("c2", "m2", 7, [0])
+    result = h.gen_commit("c1", 40, 5, member="m1").check()
+    assert invariants(result) == ["generation-went-backwards"] and result.violations[0].key == (G, T, 0)
+    assert "member 'm2' had been assigned the partition at member epoch 7" in result.violations[0].message
+    # Refused, it is what fencing looks like; another partition, or the new owner's own commit, is fine; and a
+    # commit that the workload read epoch 0 for (joining) is no epoch anything is acknowledged at.
+    h = _consumer_group("c1", "c2").assign("c1", "m1", 5, [0, 1]).assign("c2", "m2", 7, [0])
+    h.gen_commit("c1", 40, 5, ends="fail", member="m1").gen_commit("c1", 41, 5, partition=1, member="m1")
+    assert h.gen_commit("c2", 42, 7, member="m2").gen_commit("c1", 43, 0, partition=1, member="m1").check().ok
+
+
 def test_a_consumer_group_epoch_needs_a_cause_and_has_no_second_round():
     # A new member epoch means the group epoch moved: after a coordinator failover alone it is a violation.
     h = _consumer_group("c1").assign("c1", "m1", 1, [0, 1]).wait(30).fault("leader-kill", partition=3)

@@ -93,6 +93,10 @@ def test_a_fenced_member_loses_its_partitions_and_rejoins_with_its_id():
     w.run(3)
     w.ctx.clock.advance(3_000)  # a goes silent past the session: fenced by the coordinator
     assert w.described().members == []
+    w.send(a, a.poll_background(w.ctx.clock.now_ms()))  # UNKNOWN_MEMBER_ID: every partition is lost
+    # No rejoin before the application thread has given them up (nothing it still believes it owns can be
+    # committed at the epoch it would rejoin with).
+    assert a.poll_background(w.ctx.clock.now_ms()) is None and len(a.assignment) == 6
     w.run(3)
     assert ("a", "on_partitions_lost", frozenset(("t", p) for p in range(6))) in w.events
     assert a.member_id == "a" and a.stable and len(a.assignment) == 6
