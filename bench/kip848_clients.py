@@ -5,8 +5,8 @@
   103 s classic). Ten consumers, each with its heartbeat thread and an application thread that polls and
   then processes a batch: nine take 1 s per batch, one takes 20 s. The topic grows from 100 to 1 000
   partitions; from then on the partitions that have an owner are sampled every 50 ms until all 1 000 have
-  one. Figures: seconds until 90 % of the added partitions and until all 1 000 are owned, and the partition-seconds without an
-  owner (what the change cost the application). Kafka's defaults otherwise: classic heartbeats every 3 s,
+  one. Figures: seconds until 90 % of the added partitions and until all 1 000 are owned, and the
+  partition-seconds without an owner (what the change cost the application). Kafka's defaults otherwise: classic heartbeats every 3 s,
   the coordinator's consumer-protocol interval 5 s. The classic group uses ``cooperative-sticky`` (its
   members keep their partitions through the rebalance) and its leader reads topic metadata every second
   (Kafka's ``metadata.max.age.ms`` is 300 s: the classic figure would be up to 5 minutes longer).
