@@ -121,6 +121,26 @@ def test_a_corrupt_stored_segment_stops_its_partition_only_and_the_next_run_repa
     assert _fetch_all(client) == expected
 
 
+def test_a_partition_without_an_equivalence_proof_is_not_swapped(env, monkeypatch):
+    from raygroups import compaction
+    from raygroups.compaction import job
+
+    cluster, spark = env
+    client = cluster.client()
+    _commit_rounds(client, 30, start=200)
+    expected = _fetch_all(client)
+    proofs = job.check_equivalence
+    # The proof of every partition but 0 comes back.
+    monkeypatch.setattr(job, "check_equivalence", lambda *a, **k: {p: d for p, d in proofs(*a, **k).items() if p})
+    report = compaction.run(cluster, spark=spark)
+    rows = {r["partition"]: r for r in report.partitions}
+    assert rows[0]["segments_in"] > 0, "the commits should have closed segments on partition 0"
+    assert not report.ok and not rows[0]["ok"] and not rows[0]["swapped"] and not rows[0]["equivalent"]
+    assert rows[0]["error"] == "no equivalence proof came back for this partition; nothing was swapped"
+    assert rows[1]["ok"] and (rows[1]["swapped"] or not rows[1]["segments_in"])
+    assert _fetch_all(client) == expected
+
+
 def test_bad_arguments_are_refused_before_anything_runs(env):
     from raygroups import compaction
 
