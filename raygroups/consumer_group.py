@@ -106,6 +106,8 @@ class ConsumerWorker:
                             progressed = True
                     except ValueError:
                         break  # the partition was revoked meanwhile: poll again
+                    except TimeoutError:
+                        break  # its committed offset was not fetched in time (a coordinator outage): poll again
                 if time.monotonic() - last_commit >= self.commit_interval_s:
                     self._commit(None)
                     last_commit = time.monotonic()
@@ -133,6 +135,10 @@ class ConsumerWorker:
                         # Acknowledged by the coordinator: it must never be lost.
                         self.acked[tp] = max(offset, self.acked.get(tp, 0))
         except (CommitFailedError, ValueError, RuntimeError):  # lost the generation, revoked, or closed
+            self.commit_failures += 1
+        except TimeoutError:
+            # No answer within the commit's timeout (its shard restarting, a failover): as Kafka's commitSync
+            # TimeoutException, retriable; the positions stay and the next commit carries them.
             self.commit_failures += 1
         except ConsumerError as e:
             log.warning("worker %d commit failed: %s", self.worker_id, e)

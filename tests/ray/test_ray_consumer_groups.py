@@ -141,7 +141,8 @@ def test_a_consumer_protocol_group_scales_up_and_down_and_survives_its_shard_res
         group.stop()
     final = group.stats()
     retired = final["retired"]
-    assert len(retired) == 4 and all(w["fatal"] is None for w in retired)
+    assert len(retired) == 4
+    assert [w["fatal"] for w in retired] == [None] * 4
     _check_one_owner_per_generation([h for w in retired for h in w["history"]])
     committed = {(p["topic"], p["partition"]): p["committed"] for p in final["partitions"]}
     _check_nothing_skipped(retired, committed)
