@@ -103,12 +103,38 @@ def bench_size(root: str, n: int, spark) -> dict:
     }
 
 
+def compare_adaptive(root: str, n: int, spark) -> dict:
+    """The Spark job's warm time with adaptive query execution on and off (the shipped session's
+    ``spark.sql.adaptive.enabled``), on the same segments, each setting warmed up first."""
+    from raygroups.compaction.job import SegmentRef
+
+    _, closed = build(root, n)
+    store = SegmentStore(os.path.join(root, f"store-{n}"))
+    store.upload(0, closed)
+    refs = [SegmentRef(0, s.name, s.base_offset, s.size_bytes, s.crc32) for s in store.manifest(0).segments]
+    shipped = spark.conf.get("spark.sql.adaptive.enabled")
+    out: dict = {"records": n, "closed_segments": len(closed), "shipped_adaptive": shipped}
+    try:
+        for setting in ("true", "false"):
+            spark.conf.set("spark.sql.adaptive.enabled", setting)
+            spark_job(spark, store.uri, refs, f"warm-up-{setting}-{n}")
+            runs = [spark_job(spark, store.uri, refs, f"measured-{setting}-{i}-{n}") for i in range(2)]
+            out[f"adaptive_{setting}"] = {"seconds": [r["seconds"] for r in runs],
+                                          "seconds_with_proof": [r["seconds_with_proof"] for r in runs],
+                                          "equivalent": all(r["equivalent"] for r in runs)}
+    finally:
+        spark.conf.set("spark.sql.adaptive.enabled", shipped)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="200 k records only, for a smoke run")
     ap.add_argument("--sizes", default="1000000,5000000", help="record counts, comma-separated")
     ap.add_argument("--executors", type=int, default=1)
     ap.add_argument("--executor-cores", type=int, default=1)
+    ap.add_argument("--compare-adaptive", action="store_true",
+                    help="only the Spark job, with adaptive query execution on and off; writes compaction-adaptive.json")
     args = ap.parse_args()
     import ray
 
@@ -123,13 +149,26 @@ def main() -> None:
         spark = spark_session(executors=args.executors, executor_cores=args.executor_cores, executor_memory="2g")
         session_s = time.perf_counter() - start
         counts = (200_000,) if args.quick else tuple(int(s) for s in args.sizes.split(","))
-        sizes = [bench_size(root, n, spark) for n in counts]
+        if args.compare_adaptive:
+            sizes = [compare_adaptive(root, n, spark) for n in counts]
+        else:
+            sizes = [bench_size(root, n, spark) for n in counts]
     finally:
         stop_spark_session()
         ray.shutdown()
         shutil.rmtree(root, ignore_errors=True)
     result = {"machine": started_on, "spark_session_start_seconds": session_s,
               "executors": args.executors, "executor_cores": args.executor_cores, "sizes": sizes}
+    if args.compare_adaptive:
+        with open(os.path.join(RESULTS, "compaction-adaptive.json"), "w") as f:
+            json.dump(result, f, indent=2)
+        for s in sizes:
+            on, off = s["adaptive_true"], s["adaptive_false"]
+            print(f"{s['records']:>10,} records: adaptive on {min(on['seconds']):.2f} s "
+                  f"(+proof {min(on['seconds_with_proof']):.2f}), off {min(off['seconds']):.2f} s "
+                  f"(+proof {min(off['seconds_with_proof']):.2f})")
+        print(f"wrote {os.path.join('bench', 'results', 'compaction-adaptive.json')}")
+        return
     with open(os.path.join(RESULTS, "compaction.json"), "w") as f:
         json.dump(result, f, indent=2)
     print(f"machine: {started_on['nproc']} x {started_on['cpu_model']}; Spark session start {session_s:.1f} s "
