@@ -22,6 +22,8 @@ from typing import Any
 
 from raygroups.deployment.seam import HEAD_RESOURCE
 
+log = logging.getLogger(__name__)
+
 # raydp needs these on Java 17 for the driver, the executors and its app master (Spark's own launcher adds
 # them only for the driver it starts itself).
 JAVA_OPENS = " ".join(
@@ -38,6 +40,7 @@ DEFAULT_EXECUTOR_MEMORY = "1g"
 
 _lock = threading.Lock()
 _session: Any = None
+_session_ray: tuple[str, str] | None = None  # the Ray cluster _session runs on (GCS address, session name)
 
 
 class JavaMissingError(RuntimeError):
@@ -94,15 +97,20 @@ def spark_session(*, executors: int = DEFAULT_EXECUTORS, executor_cores: int = D
     """The process's Spark session on the Ray cluster this process is connected to (started on first use).
     ``executor_resources`` (Ray custom resources, e.g. ``{"node:__internal_head__": 0.001}``) pins the
     executors to the nodes that have them."""
-    global _session
+    global _session, _session_ray
     with _lock:
+        import ray
+
         if _session is not None:
-            return _session
+            if ray.is_initialized() and _ray_identity() == _session_ray and _answers(_session):
+                return _session
+            # Its Ray cluster was shut down (another may run now: a second deployment in this process, a
+            # restarted Ray) or its JVM is gone: that session can serve nothing, a new one starts.
+            log.info("the Spark session's Ray cluster or JVM is gone: starting a new session")
+            _discard_session()
         problem = java_problem()
         if problem:
             raise JavaMissingError(problem)
-        import ray
-
         if not ray.is_initialized():
             raise RuntimeError("connect to the Ray cluster first (raygroups.connect / start_local / deploy)")
         # Executors must run this interpreter (the one with raygroups installed), not the system python3.
@@ -121,8 +129,57 @@ def spark_session(*, executors: int = DEFAULT_EXECUTORS, executor_cores: int = D
                 executor_memory=executor_memory, configs=spark_configs(executor_memory, verbose, executor_resources),
             )
             spark.sparkContext.setLogLevel("INFO" if verbose else "ERROR")
-        _session = spark
+        _session, _session_ray = spark, _ray_identity()
         return spark
+
+
+def _ray_identity() -> tuple[str, str]:
+    """The Ray cluster this process is connected to: its GCS address and session name (a new Ray, even at
+    the same address, has a new session)."""
+    import ray
+
+    context = ray.get_runtime_context()
+    return context.gcs_address, context.get_session_name()
+
+
+def _answers(session: Any) -> bool:
+    """The session's JVM answers (one Py4J round trip)."""
+    try:
+        session.sparkContext._jvm.java.lang.System.currentTimeMillis()
+        return True
+    except Exception:  # noqa: BLE001 - Py4J's errors of a dead gateway vary (connection refused, reset, closed)
+        return False
+
+
+def _discard_session() -> None:
+    """Let go of a session whose Ray cluster or JVM is gone: raydp's and pyspark's globals are reset even
+    where the teardown cannot reach what it would stop (called with ``_lock`` held)."""
+    global _session, _session_ray
+    import ray
+    import raydp
+    from pyspark import SparkContext
+    from raydp import context as raydp_context
+
+    if ray.is_initialized():
+        try:
+            raydp.stop_spark()  # clears raydp's context even when its teardown raises
+        except Exception as e:  # noqa: BLE001 - the JVM or the Ray actors it would stop are gone
+            log.info("stopping the stale Spark session: %s", e)
+    else:
+        # raydp's teardown calls its actors, and a Ray call without Ray starts a new local one (Ray's
+        # auto-init): with its Ray gone nothing of the session is left to stop, only raydp's context (raydp is
+        # pinned, these are its own helpers) and pyspark's.
+        raydp_context._global_spark_context = None
+        raydp_context._reset_pyspark_singletons()
+    gateway = SparkContext._gateway
+    if gateway is not None:
+        try:
+            gateway.shutdown()
+        except Exception as e:  # noqa: BLE001 - a gateway whose JVM is gone
+            log.info("ending the stale Spark JVM: %s", e)
+        SparkContext._gateway = None
+        SparkContext._jvm = None
+    _session, _session_ray = None, None
 
 
 def spark_log_path() -> str:
@@ -153,14 +210,19 @@ def _output_to(path: str | None):
 
 
 def stop_spark_session() -> None:
-    global _session
+    global _session, _session_ray
     with _lock:
         if _session is None:
             return
+        import ray
         import raydp
 
+        if not ray.is_initialized() or _ray_identity() != _session_ray:
+            _discard_session()  # its Ray is gone: nothing of it answers
+            return
         raydp.stop_spark()
         _session = None
+        _session_ray = None
         # The JVM stays up after Spark stops, attached to this Ray cluster for good (its Ray runtime cannot
         # be initialised twice): end it too, so that a later session in this process (on another Ray
         # cluster, e.g. after ray.shutdown) starts a fresh one.

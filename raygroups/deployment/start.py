@@ -234,7 +234,7 @@ def start_simulated(num_partitions: int, data_dir, props: dict, namespace: str, 
     owns_data_dir = data_dir is None
     data_dir = os.path.abspath(tempfile.mkdtemp(prefix="raygroups-") if data_dir is None else os.fspath(data_dir))
     ray_cluster = RayCluster(initialize_head=True, head_node_args={
-        "num_cpus": 2, "resources": {"head": 1}, "_system_config": SIMULATED_HEALTH_CHECKS,
+        "num_cpus": 2, "resources": {"head": 1}, "_system_config": SIMULATED_HEALTH_CHECKS, "include_dashboard": False,
     })
     names = [f"node-{i}" for i in range(num_nodes)]
     try:
