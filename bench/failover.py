@@ -65,14 +65,49 @@ def _fill(cluster, group: str, records: int) -> float:
     return time.perf_counter() - start
 
 
+class DeclarationWatch:
+    """When Ray declares a node dead: ``ray.nodes()`` read every 20 ms from the moment of the kill (a GCS
+    call of about a millisecond), so the step from the kill to Ray's declaration is measured apart from the
+    controller's reaction to it."""
+
+    def __init__(self, node: str) -> None:
+        self.node = node
+        self.declared_at: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def start(self) -> DeclarationWatch:
+        self._thread.start()
+        return self
+
+    def _alive(self) -> bool:
+        from raygroups.placement.nodes import NODE_LABEL
+
+        return any(n.get("Alive") and (n.get("Labels") or {}).get(NODE_LABEL) == self.node for n in ray.nodes())
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            if not self._alive():
+                self.declared_at = time.time()
+                return
+            time.sleep(0.02)
+
+    def stop(self) -> float | None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        return self.declared_at
+
+
 def _failover_once(cluster, partition: int, group: str) -> dict:
     client = cluster.client()
     assert client.commit_offsets(group_id=group, offsets={(FILL_TOPIC, 0): (0, "")}).result(60).errors[(FILL_TOPIC, 0)] is Errors.NONE
     state = cluster.partition_state(partition)
     victim = state["leader"]
     events_before = len(cluster.controller_events())
+    watch = DeclarationWatch(victim)
     t_kill = time.time()
     cluster.kill_node(victim, graceful=False)
+    watch.start()
     # The killed node's worker processes can keep answering for up to ~1 s (its followers still accept
     # the old epoch, so what it acknowledges is durable): only commits served by the new leader count.
     attempts = 0
@@ -83,6 +118,7 @@ def _failover_once(cluster, partition: int, group: str) -> dict:
                 None, victim):
             t_ok = time.time()
             break
+    declared = watch.stop()
     events = cluster.controller_events()[events_before:]
     dead = next((e["t"] for e in events if e["event"] == "node-dead" and e.get("node") == victim), None)
     elected = next((e["t"] for e in events if e["event"] == "failover" and e.get("partition") == partition), None)
@@ -108,6 +144,9 @@ def _failover_once(cluster, partition: int, group: str) -> dict:
                     if "isr_reconciled" in timeline and "replayed" in timeline else {}),
                  "active_to_first_commit_s": round(t_ok - timeline["active"], 3)}
     return {"records": status.get("load_records"), "total_s": round(total, 3),
+            # kill -> Ray declares the node dead -> the controller's node-dead event (its decision follows).
+            "ray_declared_s": None if declared is None else round(declared - t_kill, 3),
+            "controller_saw_death_s": None if declared is None or dead is None else round(dead - declared, 3),
             "detection_s": None if detection is None else round(detection, 3),
             "election_s": None if election is None else round(election, 3),
             "replay_s": round(replay_s, 3), "rediscovery_and_rest_s": round(rediscovery, 3),
@@ -301,6 +340,20 @@ def measure_node_loss(per_partition: bool, num_partitions: int, records: int) ->
         cluster.shutdown()
 
 
+def _machine() -> dict:
+    return {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
+            "ray": ray.__version__, "load_average_1m_at_end": round(os.getloadavg()[0], 2)}
+
+
+def _print_failovers(failovers: list[dict]) -> None:
+    print(f"{'records':>9} {'total':>7} {'Ray':>7} {'ctrl':>7} {'detect':>7} {'elect':>7} {'replay':>7} "
+          f"{'rest':>7}  new shard")
+    for f in failovers:
+        print(f"{f['records'] or 0:>9} {f['total_s']:>7} {f['ray_declared_s']!s:>7} {f['controller_saw_death_s']!s:>7} "
+              f"{f['detection_s']!s:>7} {f['election_s']!s:>7} {f['replay_s']:>7} {f['rediscovery_and_rest_s']:>7}  "
+              f"{f['new_shard']}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="10000,100000,1000000")
@@ -308,9 +361,17 @@ def main() -> None:
     parser.add_argument("--node-loss-partitions", type=int, default=9,
                         help="partitions of the cluster whose busiest leader's node is lost (0: skip)")
     parser.add_argument("--node-loss-records", type=int, default=1_000_000, help="records in each of its partitions")
+    parser.add_argument("--failover-only", action="store_true",
+                        help="only the failovers of --sizes, with their steps; writes failover-steps.json")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s]
     failovers = measure_failovers(sizes) if sizes else []
+    if args.failover_only:
+        RESULTS.mkdir(exist_ok=True)
+        steps = {"machine": _machine(), "health_checks": "500 ms x 3 (simulated cluster)", "failover": failovers}
+        (RESULTS / "failover-steps.json").write_text(json.dumps(steps, indent=2))
+        _print_failovers(failovers)
+        return
     node_loss = []
     if args.node_loss_partitions:
         for per_partition in (False, True):
@@ -325,8 +386,7 @@ def main() -> None:
         finally:
             c.shutdown()
     result = {
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
-                    "ray": ray.__version__},
+        "machine": _machine(),
         "health_checks": "500 ms x 3 (simulated cluster)",
         "failover": failovers,
         "node_loss": node_loss,
@@ -335,10 +395,7 @@ def main() -> None:
     }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "failover.json").write_text(json.dumps(result, indent=2))
-    print(f"{'records':>9} {'total':>7} {'detect':>7} {'elect':>7} {'replay':>7} {'rest':>7}  new shard")
-    for f in failovers:
-        print(f"{f['records'] or 0:>9} {f['total_s']:>7} {f['detection_s']!s:>7} {f['election_s']!s:>7} "
-              f"{f['replay_s']:>7} {f['rediscovery_and_rest_s']:>7}  {f['new_shard']}")
+    _print_failovers(failovers)
     for loss in node_loss:
         mode = "a spare per partition" if loss["per_partition_spares"] else "one spare per node"
         print(f"node leading {len(loss['failovers'])} partitions lost ({mode}; detection {loss['detection_s']} s, "

@@ -65,6 +65,7 @@ log = logging.getLogger(__name__)
 
 MONITOR_INTERVAL_S = 0.2
 PROBE_TIMEOUT_S = 1.0  # at most; a third of shard.session.timeout.ms when that is shorter
+NODES_RECHECK_S = 0.05  # while probes are unanswered, Ray's node table is read again this often
 PERSIST_TIMEOUT_S = 5.0
 REPORT_TIMEOUT_S = 60.0  # a LogServer Ray is still starting on a busy node may take this long
 START_REPORTS_TIMEOUT_S = 30.0
@@ -202,14 +203,18 @@ class Controller:
     # Observe
     # ------------------------------------------------------------------------------------------
     async def _observe(self) -> Observations:
-        ray_nodes = await asyncio.to_thread(self._actors.ray_nodes)
-        nodes = coordinator_nodes(ray_nodes, self._meta.incarnations, self._meta.superseded)
+        nodes = await self._coordinator_nodes()
         for name, o in nodes.items():
             if o.alive and not o.labelled and name not in self._warned:
                 self._warned.add(name)
                 log.warning(unlabelled_warning(o))
-        reports, shards = await asyncio.gather(self._collect_reports(nodes), self._probe_shards())
-        return Observations(nodes, shards, reports)
+        reports = asyncio.ensure_future(self._collect_reports(nodes))
+        nodes, shards = await self._probe_shards(nodes)
+        return Observations(nodes, shards, await reports)
+
+    async def _coordinator_nodes(self) -> dict:
+        ray_nodes = await asyncio.to_thread(self._actors.ray_nodes)
+        return coordinator_nodes(ray_nodes, self._meta.incarnations, self._meta.superseded)
 
     async def _collect_reports(self, nodes) -> dict[str, NodeReport]:
         out: dict[str, NodeReport] = {}
@@ -286,10 +291,30 @@ class Controller:
         handle = await asyncio.to_thread(self._actors.ensure_log_server, name, scheduling_for(node, name))
         return await handle.report.remote()
 
-    async def _probe_shards(self) -> dict[int, ShardObservation]:
+    async def _probe_shards(self, nodes: dict) -> tuple[dict, dict[int, ShardObservation]]:
+        """Every leader shard probed, and the node table this round decides on. A probe of a shard whose node
+        is gone hangs until its timeout, and the node's death must not wait for it: while probes are out
+        the node table is read again, and once a node alive at the start of the round is dead the round goes
+        on with that table, the probes still out counted as unanswered (as a timed-out probe is), so the
+        failover is decided as soon as Ray declares the death."""
         leaders = [p for p, a in self._meta.partitions.items() if a.leader is not None]
-        results = await asyncio.gather(*(self._probe(p) for p in leaders))
-        return dict(zip(leaders, results, strict=True))
+        probes = {p: asyncio.ensure_future(self._probe(p)) for p in leaders}
+        pending = set(probes.values())
+        while pending:
+            _, pending = await asyncio.wait(pending, timeout=NODES_RECHECK_S)
+            if pending:
+                fresh = await self._coordinator_nodes()
+                if any(o.alive and not (fresh.get(n) and fresh[n].alive) for n, o in nodes.items()):
+                    nodes = fresh
+                    break
+        shards: dict[int, ShardObservation] = {}
+        for p, probe in probes.items():
+            if probe.done():
+                shards[p] = probe.result()
+            else:
+                probe.cancel()
+                shards[p] = await self._unanswered(p)
+        return nodes, shards
 
     async def _probe(self, partition: int) -> ShardObservation:
         try:
@@ -304,6 +329,14 @@ class Controller:
         except (TimeoutError, ray.exceptions.RayError):
             state = await asyncio.to_thread(self._actors.actor_state, actor_id)
             return ShardObservation(state, actor_id)
+
+    async def _unanswered(self, partition: int) -> ShardObservation:
+        """A shard whose probe was given up on: Ray's state of the actor under its name, no answer."""
+        try:
+            actor_id = self._actors.actor_id(self._actors.shard(partition))
+        except ValueError:
+            return ShardObservation(None)
+        return ShardObservation(await asyncio.to_thread(self._actors.actor_state, actor_id), actor_id)
 
     async def _reconcile_topics(self, node: str, report: dict) -> None:
         """Registered topics live on every coordinator node's disk: after a full restart the newest copy

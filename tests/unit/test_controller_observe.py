@@ -1,0 +1,113 @@
+"""The controller's observation round, without Ray: the real ``Controller`` reached through a factory that plays
+Ray's node table and actor calls. A probe of a shard whose node is gone hangs until its timeout; the node's
+death, once Ray's node table says it, must not wait for it: the round goes on with the node dead and that
+probe unanswered, so the failover is decided in the same round."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import pytest
+from raygroups.placement import controller as controller_module
+from raygroups.placement.controller import Controller
+from raygroups.placement.model import Settings, ShardObservation
+from raygroups.placement.nodes import COORDINATOR_RESOURCE, NODE_LABEL, coordinator_nodes
+from raygroups.placement.plan import PartitionAssignment
+
+NODES = ("A", "B", "C")
+
+
+def _table(dead: set[str]) -> list[dict]:
+    return [{"NodeID": f"{n}#1", "Alive": n not in dead, "Labels": {NODE_LABEL: n},
+             "Resources": {COORDINATOR_RESOURCE: 1.0}} for n in NODES]
+
+
+class Shard:
+    """A shard actor's handle: ``probe.remote()`` answers at once, or never (its node is gone)."""
+
+    def __init__(self, node: str, answers: bool) -> None:
+        self.node, self.answers = node, answers
+
+    @property
+    def probe(self):
+        shard = self
+
+        class _Probe:
+            @staticmethod
+            async def remote():
+                if not shard.answers:
+                    await asyncio.Event().wait()  # never set: only the probe's timeout would end it
+                return {"state": "ACTIVE", "node": shard.node}
+
+        return _Probe()
+
+
+class Actors:
+    def __init__(self, shards: dict[int, Shard]) -> None:
+        self.shards = shards
+        self.dead_after_first_read: set[str] = set()
+        self.reads = 0
+
+    def ray_nodes(self) -> list[dict]:
+        self.reads += 1
+        return _table(set() if self.reads == 1 else self.dead_after_first_read)
+
+    def shard(self, partition: int) -> Shard:
+        if partition not in self.shards:
+            raise ValueError(f"no shard actor for partition {partition}")
+        return self.shards[partition]
+
+    def actor_id(self, handle: Shard) -> str:
+        return f"actor-{handle.node}"
+
+    def actor_state(self, actor_id: str) -> str:
+        return "ALIVE"  # Ray marks the actors of a dead node dead a little later
+
+
+def _controller(actors: Actors) -> Controller:
+    controller = Controller("ns", Settings(2, 3, 2), actors)
+    controller._meta = dataclasses.replace(controller._meta, partitions={
+        0: PartitionAssignment(NODES, "A", 1, NODES, 1), 1: PartitionAssignment(("B", "C", "A"), "B", 1, NODES, 1)})
+    return controller
+
+
+def _probe_round(controller: Controller, actors: Actors):
+    nodes = coordinator_nodes(actors.ray_nodes())
+    return asyncio.run(controller._probe_shards(nodes))
+
+
+def test_a_node_declared_dead_while_its_shards_probe_hangs_is_seen_dead_in_the_same_round(monkeypatch):
+    # Without the re-read, this round would wait out the hanging probe (30 s here) and see A alive.
+    monkeypatch.setattr(controller_module, "PROBE_TIMEOUT_S", 30.0)
+    actors = Actors({0: Shard("A", answers=False), 1: Shard("B", answers=True)})
+    actors.dead_after_first_read = {"A"}
+    controller = _controller(actors)
+    controller.settings = Settings(2, 3, 2, shard_silence_ms=10_000_000)
+    nodes, shards = _probe_round(controller, actors)
+    assert not nodes["A"].alive and nodes["B"].alive and nodes["C"].alive
+    assert shards[0] == ShardObservation("ALIVE", "actor-A")  # unanswered, as a timed-out probe
+    assert shards[1] == ShardObservation("ALIVE", "actor-B", "ACTIVE", "B")
+
+
+def test_when_every_probe_answers_the_round_keeps_its_first_node_table():
+    actors = Actors({0: Shard("A", answers=True), 1: Shard("B", answers=True)})
+    actors.dead_after_first_read = {"A"}  # would be seen only by a second read
+    nodes, shards = _probe_round(_controller(actors), actors)
+    assert actors.reads == 1 and all(o.alive for o in nodes.values())
+    assert {p: o.answer for p, o in shards.items()} == {0: "ACTIVE", 1: "ACTIVE"}
+
+
+def test_a_missing_shard_actor_is_observed_as_none():
+    actors = Actors({1: Shard("B", answers=True)})
+    _, shards = _probe_round(_controller(actors), actors)
+    assert shards[0] == ShardObservation(None)
+
+
+@pytest.mark.parametrize("answers", [True, False])
+def test_a_probe_that_times_out_is_unanswered_with_rays_actor_state(monkeypatch, answers):
+    monkeypatch.setattr(controller_module, "PROBE_TIMEOUT_S", 0.01)
+    actors = Actors({0: Shard("A", answers=answers), 1: Shard("B", answers=True)})
+    nodes, shards = _probe_round(_controller(actors), actors)
+    assert all(o.alive for o in nodes.values())
+    assert shards[0].answer == ("ACTIVE" if answers else None) and shards[0].actor_state == "ALIVE"
