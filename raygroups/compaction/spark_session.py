@@ -160,6 +160,13 @@ def _discard_session() -> None:
     from pyspark import SparkContext
     from raydp import context as raydp_context
 
+    # The session's accumulator server (a socket server in this process, which Spark's own stop would end)
+    # would otherwise outlive it, and answer a connection at exit with a traceback on the terminal.
+    server = getattr(_session.sparkContext, "_accumulatorServer", None) if _session is not None else None
+    if server is not None:
+        server.shutdown()
+        server.server_close()
+        _session.sparkContext._accumulatorServer = None
     if ray.is_initialized():
         try:
             raydp.stop_spark()  # clears raydp's context even when its teardown raises
