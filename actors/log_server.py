@@ -13,7 +13,11 @@ closed so that the shard actor on this node can open and lead it; a later state 
 makes this node a follower again. For the node's hot standby (``actors.standby``), ``tail`` hands out
 what the followed logs hold past a position, under a token that a truncation, a compaction swap or a
 reopen replaces, and ``released_token`` tells the shard that took a log over under which token it was
-released. Not guaranteed: anything about partitions this node does not replicate.
+released. A leader that cannot reach the controller to renew its lease (the head is down, or the
+controller restarting) asks its in-sync followers to *hold* its leadership instead (``hold_leadership``):
+for the hold's length this replica takes no state of a newer leader epoch, so no other leader can be
+elected over it (the controller's commit of the new epoch is refused here) while the old one serves on.
+Not guaranteed: anything about partitions this node does not replicate.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
@@ -44,6 +49,7 @@ from raygroups.offsets_log.replica_state import (
 
 log = logging.getLogger(__name__)
 MIN_TAIL_BYTES = 64 * 1024  # a standby's read of one partition, at least
+MAX_HOLD_S = 60.0  # the longest leadership hold a leader may ask for
 
 
 def ray_node_id() -> str | None:
@@ -66,9 +72,22 @@ def ray_actor_id() -> str | None:
         return None
 
 
+def _restarted() -> bool:
+    """True in a Ray actor that Ray restarted (its previous process died), False anywhere else."""
+    try:
+        import ray
+
+        return ray.is_initialized() and bool(ray.get_runtime_context().was_current_actor_reconstructed)
+    except Exception:  # noqa: BLE001 - outside a Ray actor: a first start
+        return False
+
+
 class LogServer:
     def __init__(self, node: str, node_dir: str, segment_bytes: int, fsync_interval_ms: int | None,
-                 num_partitions: int | None = None, min_insync_replicas: int | None = None) -> None:
+                 num_partitions: int | None = None, min_insync_replicas: int | None = None,
+                 hold_guard_s: float = 0.0) -> None:
+        """``hold_guard_s``: after a restart of this server (its holds forgotten), how long to refuse every
+        newer leader epoch as if each partition were held (the longest hold a leader asks for: its lease)."""
         self.node = node
         self.node_dir = node_dir
         self._segment_bytes = segment_bytes
@@ -86,6 +105,9 @@ class LogServer:
         self._errors: dict[int, str] = {}  # partition -> why its persisted state could not be read
         self._io = ThreadPoolExecutor(1, thread_name_prefix="logserver-io")
         self._locks: dict[int, asyncio.Lock] = {}
+        # partition -> (leader epoch, monotonic end) of the hold this replica promised its leader
+        self._holds: dict[int, tuple[int, float]] = {}
+        self._holds_unknown_until = time.monotonic() + hold_guard_s if _restarted() else 0.0
         os.makedirs(node_dir, exist_ok=True)
         self.descriptor, self.descriptor_error = None, None
         try:
@@ -186,6 +208,9 @@ class LogServer:
             return {"ok": True, "node": self.node, "partition_epoch": state["partition_epoch"]}
         async with self._lock(partition):
             current = self._states.get(partition)
+            held = self._held_for_s(partition, current, state["leader_epoch"])
+            if held > 0:
+                return {"ok": False, "reason": "held", "node": self.node, "held_for_s": round(held, 3)}
             if current is not None and (state["partition_epoch"] < current["partition_epoch"] or
                                         (state["partition_epoch"] == current["partition_epoch"] and state != current)):
                 # Older, or another state under the same partition epoch (one that a failed commit left here):
@@ -210,6 +235,38 @@ class LogServer:
                 self._released.pop(partition, None)
                 self._released_tokens.pop(partition, None)
             return {"ok": True, "node": self.node, "partition_epoch": state["partition_epoch"]}
+
+    def _held_for_s(self, partition: int, current: dict | None, leader_epoch: int) -> float:
+        """How much longer a state of ``leader_epoch`` must wait for a hold on ``partition`` (0: it need not)."""
+        now = time.monotonic()
+        hold = self._holds.get(partition)
+        if hold is not None and leader_epoch > hold[0] and hold[1] > now:
+            return hold[1] - now
+        if current is not None and leader_epoch > current["leader_epoch"] and self._holds_unknown_until > now:
+            return self._holds_unknown_until - now
+        return 0.0
+
+    async def hold_leadership(self, partition: int, leader_epoch: int, leader: str, hold_s: float) -> dict:
+        """The leader ``leader`` of ``leader_epoch`` could not have its lease renewed by the controller: promise
+        it that for ``hold_s`` from now this replica takes no state of a newer leader epoch, so that no other
+        leader is elected meanwhile (the controller's commit of a new epoch needs the new leader's disk and
+        the in-sync replicas', and the new leader is one of them). "From now" is no earlier than the leader
+        asked, from when it counts its lease: the hold outlasts the lease it backs. Refused if this replica
+        holds no state of the partition or was fenced above ``leader_epoch`` (the leader was deposed)."""
+        if not isinstance(partition, int) or not isinstance(leader_epoch, int) or not isinstance(leader, str):
+            raise TypeError("hold_leadership takes a partition (int), a leader epoch (int) and a node name (str)")
+        if not isinstance(hold_s, int | float) or not 0 < hold_s <= MAX_HOLD_S:
+            raise ValueError(f"a hold lasts more than 0 and at most {MAX_HOLD_S:g} s, not {hold_s!r}")
+        async with self._lock(partition):
+            if partition not in self._states:
+                return {"ok": False, "reason": "unknown", "node": self.node}
+            fenced = self._fenced.get(partition, -1)
+            if fenced > leader_epoch:
+                return {"ok": False, "reason": "fenced", "node": self.node, "fenced_epoch": fenced}
+            until = time.monotonic() + hold_s
+            epoch, end = self._holds.get(partition, (leader_epoch, until))
+            self._holds[partition] = (max(epoch, leader_epoch), max(end, until))
+            return {"ok": True, "node": self.node}
 
     async def update_topics(self, topics: dict[str, int], version: int) -> dict:
         """Persist the deployment's registered topics (a version older than the one held is refused)."""

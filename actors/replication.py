@@ -10,6 +10,12 @@ write is refused before it touches the log (``NOT_ENOUGH_REPLICAS``, which clien
 locally and on the followers that took it. A follower answering that it is fenced at a newer epoch means
 this leader was deposed: it steps down and acknowledges nothing more.
 
+A leader serves only under a lease (``lease_valid``) that the controller renews every
+``maintenance_interval_s``. When the controller does not answer (the head is down, or the controller
+restarts), the in-sync followers hold the leadership instead (``LogServer.hold_leadership``): each promises
+to take no newer leader epoch for a lease, so no other leader can be elected meanwhile and this one serves
+on; a follower that is fenced above this epoch deposes it, one that does not answer lets the lease lapse.
+
 Followers out of the ISR are caught up in the background: leader-epoch truncation (the follower keeps
 only what matches the leader's log for its latest epoch), then the missing batches, and once level with
 the leader's log end they rejoin the ISR through the controller.
@@ -56,6 +62,9 @@ class LeaderReplication:
         self.actor_id = actor_id  # which shard actor this leader is (a replaced one gets no epoch)
         self._controller = controller
         self._log_server = log_server
+        self._servers: dict[str, object] = {}  # node -> its LogServer's handle (looked up once: no GCS call)
+        # None: the controller renewed the lease last; True: the followers held it; False: neither did.
+        self._held: bool | None = None
         self.min_isr = min_insync_replicas
         self.lag_s = replica_lag_ms / 1000.0
         self.epoch = -1
@@ -144,11 +153,14 @@ class LeaderReplication:
     async def _push(self, node: str, batches: list[Batch]) -> dict:
         return await self._call(node, "append", self.partition, batches, self.epoch)
 
-    async def _call(self, node: str, method: str, *args) -> dict:
+    async def _call(self, node: str, method: str, *args, timeout_s: float | None = None) -> dict:
         try:
-            handle = self._log_server(node)
-            return await asyncio.wait_for(getattr(handle, method).remote(*args), self.lag_s)
+            handle = self._servers.get(node)
+            if handle is None:
+                handle = self._servers[node] = self._log_server(node)
+            return await asyncio.wait_for(getattr(handle, method).remote(*args), timeout_s or self.lag_s)
         except (TimeoutError, ray.exceptions.RayError, ValueError) as e:
+            self._servers.pop(node, None)  # looked up again next time (the server may have been replaced)
             return {"ok": False, "reason": "unreachable", "detail": f"{type(e).__name__}: {e}"}
 
     async def swap_followers(self, store_uri: str, staged: str, outputs: list, accepted: dict,
@@ -235,7 +247,15 @@ class LeaderReplication:
         self._raise_if_catch_up_deposed()
         asked = time.monotonic()
         expansions = self._isr_expansions
-        meta = await self._controller.partition_state.remote(self.partition, self.epoch, self.node)
+        try:
+            meta = await asyncio.wait_for(self._controller.partition_state.remote(self.partition, self.epoch, self.node),
+                                          self.lease_s / 2)
+        except (TimeoutError, ray.exceptions.RayError) as e:
+            await self._hold_through_followers(e)
+            return
+        if self._held is not None:
+            self._held = None
+            log.info("partition %d: the controller confirms its leader again", self.partition)
         if meta is None or meta["leader"] != self.node or meta["leader_epoch"] != self.epoch:
             self.stop_catch_up()
             raise Deposed(f"partition {self.partition} moved on: {meta}")
@@ -251,6 +271,31 @@ class LeaderReplication:
         if behind and not self._catch_up_stopped and (self._catching_up is None or self._catching_up.done()):
             self._catching_up = asyncio.get_running_loop().create_task(
                 self._catch_up_all(behind, leader_log, run_io))
+
+    async def _hold_through_followers(self, why: BaseException) -> None:
+        """The controller did not answer (``why``): ask every in-sync follower to hold this leadership for a
+        lease (``LogServer.hold_leadership``). All of them did: the lease counts from the asking, as the
+        controller's does (each hold runs from its follower's answer, later). One fenced above this epoch:
+        deposed. Otherwise (a follower unreachable, or no follower in sync) the lease runs out."""
+        followers = sorted(self.isr)
+        asked = time.monotonic()
+        results = await asyncio.gather(*(self._call(n, "hold_leadership", self.partition, self.epoch, self.node,
+                                                    self.lease_s, timeout_s=min(self.lag_s, self.lease_s / 4))
+                                         for n in followers))
+        if any(r.get("reason") == "fenced" for r in results):
+            self.stop_catch_up()
+            raise Deposed(f"partition {self.partition}: a follower is fenced above epoch {self.epoch}")
+        if followers and all(r.get("ok") for r in results):
+            self.confirmed_at = asked
+            if self._held is not True:
+                log.info("partition %d: the controller did not answer (%s); its in-sync followers %s hold its "
+                         "leadership", self.partition, type(why).__name__, followers)
+            self._held = True
+        elif self._held is not False:
+            self._held = False
+            log.warning("partition %d: the controller did not answer (%s) and the followers %s could not all "
+                        "hold its leadership: it stops serving when its lease ends", self.partition,
+                        type(why).__name__, followers)
 
     async def _catch_up_all(self, nodes: list[str], leader_log, run_io) -> None:
         epoch = self.epoch

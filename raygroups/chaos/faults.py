@@ -32,7 +32,10 @@ CATALOGUE: dict[str, tuple[str, bool, int]] = {
     "disk-full": ("fill the data directory of the node leading a group's partition (its own small tmpfs) "
                   "until writes fail with ENOSPC, free it, restart the node (as Kafka needs for a failed log "
                   "directory)", True, 1),
+    "head-restart": ("kill the head's GCS and the controller (what losing the head takes), start them again "
+                     "after a few seconds: the leaders keep serving meanwhile", True, 1),
 }
+HEAD_DOWN_S = (3.0, 8.0)  # how long a head-restart keeps the head's GCS down
 
 
 CONSUMER_FAULTS = ("consumer-kill", "consumer-pause")
@@ -84,6 +87,7 @@ def schedule(seed: int, seconds: float, rate_per_min: float, faults: list[str], 
         if t >= seconds:
             return out
         name = rng.choices(faults, weights)[0]
-        lo, hi = pause_s if name in ("leader-pause", "consumer-pause") else down_s
+        lo, hi = pause_s if name in ("leader-pause", "consumer-pause") else \
+            HEAD_DOWN_S if name == "head-restart" else down_s
         out.append(PlannedFault(round(t, 3), name, rng.randrange(groups), round(rng.uniform(lo, hi), 3),
                                 rng.randrange(1 << 16)))

@@ -394,6 +394,13 @@ class Nemesis:
         self._heal("full-restart", {"nodes": nodes})
         self._disrupted("full-restart", t, list(range(self.cluster.num_partitions)), old)
 
+    def _head_restart(self, fault: PlannedFault, group: str, partition: int) -> None:
+        """The head's GCS and the controller down for the fault's duration: nothing fails over (no node is
+        lost), so this is no disruption of a partition; the checker judges the groups' commits across it."""
+        self._record("head-restart", {"down_s": fault.duration})
+        outage = self.cluster.restart_head(fault.duration)
+        self._heal("head-restart", outage)
+
 
 def _wait_unlocked(directory: str, timeout_s: float = 30.0) -> None:
     """Wait until no process holds the replica's log open (its writer's flock on ``.lock``)."""

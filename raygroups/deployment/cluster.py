@@ -10,9 +10,12 @@ named by their stable names (``placement.nodes``).
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import ray
@@ -57,6 +60,7 @@ class Cluster:
         self._ray_cluster: Any = None
         self._sim_nodes: dict[str, Any] = {}
         self._sim_names: list[str] = []
+        self._gcs_dir: str | None = None  # the simulated head's GCS storage (a temporary directory)
         # Where consumer actors go: on a simulated cluster, the head node, which is never killed.
         self.consumer_resources: dict[str, float] | None = None
         self.num_partitions = num_partitions
@@ -245,6 +249,36 @@ class Cluster:
         self._sim_nodes[name] = add_simulated_node(rc, name)
         return name
 
+    def restart_head(self, down_s: float, while_down: Callable[[], object] | None = None) -> dict:
+        """Simulated clusters only: what losing the head takes from a deployment, and its return. The head's
+        GCS process and the controller's process are killed (SIGKILL), stay down ``down_s`` seconds, then
+        the GCS starts again from its storage (``gcs_storage=rocksdb``) and Ray restarts the controller.
+        Meanwhile the coordinator nodes' shards keep serving the clients connected to them (their in-sync
+        followers hold their leaderships, ``LogServer.hold_leadership``); nothing needing the GCS (a new
+        actor, a failover, a lookup of an actor by name) happens until it is back. ``while_down`` is called
+        once the head is down; the GCS starts again when it returned and ``down_s`` passed. Returns
+        ``{"down_s", "gcs_back_s"}``: seconds from the kill to the GCS's start, and to its process running."""
+        rc = self._simulated("restart_head()")
+        if not isinstance(down_s, int | float) or isinstance(down_s, bool) or not 0 <= down_s <= 50:
+            raise ValueError(f"down_s must be between 0 and 50 s (Ray's raylets give up on a GCS away for "
+                             f"gcs_rpc_server_reconnect_timeout_s), got {down_s!r}")
+        pid = ray.get(self._controller().__ray_call__.remote(lambda _self: os.getpid()), timeout=30)
+        head = rc.head_node
+        start = time.monotonic()
+        head.kill_gcs_server()
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            if while_down is not None:
+                while_down()
+            time.sleep(max(0.0, start + down_s - time.monotonic()))
+        finally:  # whatever ``while_down`` raised, the head comes back
+            back = time.monotonic()
+            head.start_gcs_server()
+        return {"down_s": round(back - start, 3), "gcs_back_s": round(time.monotonic() - start, 3)}
+
     def _known_name(self, name: str) -> str:
         check_type("name", name, str)
         if name not in self._sim_names:
@@ -325,6 +359,8 @@ class Cluster:
             ray.shutdown()
         if self._ray_cluster is not None:
             self._ray_cluster.shutdown()
+        if self._gcs_dir is not None:
+            shutil.rmtree(self._gcs_dir, ignore_errors=True)
         if self._owns_data_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 

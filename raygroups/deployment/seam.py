@@ -21,7 +21,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raygroups.actors.log_server import LogServer
 from raygroups.actors.shard_actor import CoordinatorShard
-from raygroups.coordinator.config import CoordinatorConfig
+from raygroups.coordinator.config import CoordinatorConfig, leadership_lease_s
 from raygroups.offsets_log import replica_state
 from raygroups.placement.controller import Controller
 from raygroups.placement.model import Settings
@@ -308,9 +308,13 @@ class ActorFactory:
                    **placement_options(scheduling)}
         segment_bytes = self.config.get("offsets.topic.segment.bytes", 100 * 1024 * 1024)
         fsync = self.config.get("log.flush.interval.ms", 0) or None
+        # A restarted server forgot the leadership holds it gave: it keeps every partition held for a lease.
+        hold_guard_s = leadership_lease_s(self.config.get("shard.session.timeout.ms",
+                                                          CoordinatorConfig().shard_session_timeout_ms))
         return ray.remote(LogServer).options(**options).remote(node, self.node_dir(node), segment_bytes, fsync,
                                                                self.num_partitions,
-                                                               self.config.get("min.insync.replicas"))
+                                                               self.config.get("min.insync.replicas"),
+                                                               hold_guard_s=hold_guard_s)
 
     def log_server(self, node: str):
         return self.directory.log_server(node)

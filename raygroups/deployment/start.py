@@ -18,6 +18,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+import shutil
 import tempfile
 from typing import Any
 
@@ -52,6 +53,17 @@ SIMULATED_HEALTH_CHECKS = {
     "health_check_failure_threshold": 3,
     "health_check_timeout_ms": 500,
 }
+# GCS fault tolerance (Ray's "GCS Fault Tolerance"): the GCS keeps its tables in RocksDB on the head's disk
+# (Ray's embedded backend, ``gcs_storage=rocksdb``), so a GCS that restarts resumes the same cluster: its
+# actors, names, node table and key-value store. While it is away running actors keep serving, and each
+# raylet waits ``gcs_rpc_server_reconnect_timeout_s`` for it before giving up (cluster.yaml: the same).
+GCS_RECONNECT_TIMEOUT_S = 60
+
+
+def simulated_system_config(gcs_dir: str) -> dict:
+    """The simulated head's Ray system config: fast health checks, and its GCS persisted in ``gcs_dir``."""
+    return {**SIMULATED_HEALTH_CHECKS, "gcs_storage": "rocksdb", "gcs_storage_path": gcs_dir,
+            "gcs_rpc_server_reconnect_timeout_s": GCS_RECONNECT_TIMEOUT_S}
 
 
 def deploy(address: str = "auto", *, data_dir: str | os.PathLike, namespace: str = DEFAULT_NAMESPACE,
@@ -233,9 +245,16 @@ def start_simulated(num_partitions: int, data_dir, props: dict, namespace: str, 
     CoordinatorConfig.from_properties(props)  # bad config: refused before anything starts
     owns_data_dir = data_dir is None
     data_dir = os.path.abspath(tempfile.mkdtemp(prefix="raygroups-") if data_dir is None else os.fspath(data_dir))
-    ray_cluster = RayCluster(initialize_head=True, head_node_args={
-        "num_cpus": 2, "resources": {"head": 1}, "_system_config": SIMULATED_HEALTH_CHECKS, "include_dashboard": False,
-    })
+    # A new Ray cluster per start: its GCS storage is fresh (the deployment resumes from the nodes' disks).
+    gcs_dir = tempfile.mkdtemp(prefix="raygroups-gcs-")
+    try:
+        ray_cluster = RayCluster(initialize_head=True, head_node_args={
+            "num_cpus": 2, "resources": {"head": 1}, "_system_config": simulated_system_config(gcs_dir),
+            "include_dashboard": False,
+        })
+    except BaseException:
+        shutil.rmtree(gcs_dir, ignore_errors=True)
+        raise
     names = [f"node-{i}" for i in range(num_nodes)]
     try:
         nodes = {n: add_simulated_node(ray_cluster, n) for n in names}
@@ -247,8 +266,10 @@ def start_simulated(num_partitions: int, data_dir, props: dict, namespace: str, 
         if ray.is_initialized():
             ray.shutdown()
         ray_cluster.shutdown()
+        shutil.rmtree(gcs_dir, ignore_errors=True)
         raise
     cluster._ray_cluster = ray_cluster
+    cluster._gcs_dir = gcs_dir
     cluster._sim_nodes = nodes
     cluster._sim_names = list(names)
     cluster._owns_ray = True

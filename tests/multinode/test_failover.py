@@ -196,6 +196,41 @@ def _states_or_none(cluster):
         return None
 
 
+def test_the_heads_gcs_and_controller_lost_and_back_while_commits_flow_then_a_node_loss_fails_over(cluster):
+    """GCS fault tolerance: the head's GCS and the controller are killed for 8 s. Meanwhile the leaders,
+    their leadership held by their followers, keep acknowledging commits and heartbeats; the GCS comes back
+    from its storage, Ray restarts the controller, which resumes from the same state; a node lost after
+    that fails over as before, and no acknowledged commit is lost."""
+    before = {p: cluster.partition_state(p) for p in range(cluster.num_partitions)}
+    with Workload(cluster, "head") as work:
+        wait_for(lambda: work.progressed({}), what="commits before the head's loss")
+        seen = {}
+
+        def while_down():
+            seen["at_kill"] = dict(work.acked)
+            wait_for(lambda: work.progressed(seen["at_kill"], by=10), timeout_s=6,
+                     what="commits acknowledged on every partition while the head is down")
+            seen["heartbeats"] = list(work.heartbeat_errors)
+
+        outage = cluster.restart_head(8, while_down=while_down)
+        assert outage["down_s"] >= 8
+        assert Errors.NONE in seen["heartbeats"]
+        assert wait_for(lambda: _states_or_none(cluster), what="the controller back with the head") == before
+        resumed = dict(work.acked)
+        wait_for(lambda: work.progressed(resumed), what="commits after the head is back")
+        victim = _busiest_leader(cluster)
+        moved = [p for p, n in cluster.partition_leaders().items() if n == victim]
+        cluster.kill_node(victim, graceful=False)
+        wait_for(lambda: all(cluster.partition_state(p)["leader"] not in (None, victim) for p in moved),
+                 what="new leaders after a node loss that follows the head's return")
+        after_loss = dict(work.acked)
+        wait_for(lambda: work.progressed(after_loss), what="commits after the failover")
+        work.observe()
+    assert all(cluster.partition_state(p)["leader_epoch"] > before[p]["leader_epoch"] for p in moved)
+    work.check_invariants()
+    _restore(cluster, victim)
+
+
 def test_a_kafka_consumer_follows_its_coordinator_across_the_leader_node_loss(cluster):
     """A confluent-kafka (librdkafka) consumer commits through the nodes' listeners while the node leading its
     group's partition dies: it finds the new coordinator as it does with Kafka (its coordinator's connection

@@ -18,6 +18,8 @@ def test_a_seed_gives_the_same_schedule_and_another_seed_another():
     assert all(0 <= x.group < 3 for x in a)
     pauses = [x.duration for x in a if x.name == "leader-pause"]
     assert pauses and all(4.0 <= d <= 7.0 for d in pauses)
+    outages = [x.duration for x in a if x.name == "head-restart"]
+    assert outages and all(3.0 <= d <= 8.0 for d in outages)  # the head's GCS down for seconds, not a blip
 
 
 def test_a_subset_and_the_single_node_catalogue():
@@ -32,6 +34,9 @@ def test_parse_faults():
     assert parse_faults(None, True) == list(CATALOGUE)
     assert parse_faults("all", False) == faults_for(False)
     assert parse_faults("node-kill, shard-kill,node-kill", True) == ["shard-kill", "node-kill"]
+    assert parse_faults("head-restart,node-kill", True) == ["node-kill", "head-restart"]
+    with pytest.raises(ValueError, match="fault 'head-restart' needs a replicated deployment"):
+        parse_faults("head-restart", False)
     with pytest.raises(ValueError, match="unknown fault 'disk-melt'"):
         parse_faults("shard-kill,disk-melt", True)
     with pytest.raises(ValueError, match="needs a replicated deployment"):
