@@ -8,7 +8,7 @@ For each timeout, on a simulated 3-node cluster of 3 partitions:
 2. **A hung leader.** The shard process leading partition 0 is SIGSTOPped: time to the controller's
    failover (detection) and to the first commit the new leader serves.
 3. **A lost node.** The raylet of partition 1's leader node is SIGKILLed: the same two times (here
-   Ray's node health checks, 500 ms x 3 on simulated clusters, race the shard's silence).
+   Ray's node health checks on simulated clusters race the shard's silence).
 
 Writes ``bench/results/detection.json`` and ``bench/results/detection.png``, prints a table.
 Run: ``.venv/bin/python bench/detection.py [--timeouts 500,1000,1500,2000,3000] [--load-seconds 45]``.
@@ -33,7 +33,7 @@ import ray  # noqa: E402
 from raygroups.coordinator.errors import Errors  # noqa: E402
 
 from bench.failover import _group_on  # noqa: E402
-from raygroups.deployment.start import start_local  # noqa: E402
+from raygroups.deployment.start import simulated_health_checks_text, start_local  # noqa: E402
 from raygroups.stats import percentile  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -205,7 +205,7 @@ def main() -> None:
     result = {
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
                     "ray": ray.__version__},
-        "ray_node_health_checks": "500 ms x 3 (simulated cluster)",
+        "ray_node_health_checks": simulated_health_checks_text(),
         "runs": rows,
     }
     RESULTS.mkdir(exist_ok=True)

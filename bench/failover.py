@@ -34,7 +34,7 @@ from raygroups.coordinator.messages import OffsetCommitRequest  # noqa: E402
 
 from bench.throughput import _rate  # noqa: E402
 from raygroups import partition_for  # noqa: E402
-from raygroups.deployment.start import start_local  # noqa: E402
+from raygroups.deployment.start import simulated_health_checks_text, start_local  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 FILL_TOPIC = "fill"
@@ -368,7 +368,7 @@ def main() -> None:
     failovers = measure_failovers(sizes) if sizes else []
     if args.failover_only:
         RESULTS.mkdir(exist_ok=True)
-        steps = {"machine": _machine(), "health_checks": "500 ms x 3 (simulated cluster)", "failover": failovers}
+        steps = {"machine": _machine(), "health_checks": simulated_health_checks_text(), "failover": failovers}
         (RESULTS / "failover-steps.json").write_text(json.dumps(steps, indent=2))
         _print_failovers(failovers)
         return
@@ -387,7 +387,7 @@ def main() -> None:
             c.shutdown()
     result = {
         "machine": _machine(),
-        "health_checks": "500 ms x 3 (simulated cluster)",
+        "health_checks": simulated_health_checks_text(),
         "failover": failovers,
         "node_loss": node_loss,
         "commit_calls_per_s_64_clients": {"rf3": round(rates[3], 1), "rf1": round(rates[1], 1),

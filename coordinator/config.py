@@ -201,13 +201,22 @@ class CoordinatorConfig:
         return {name: getattr(self, prop.attr) for name, prop in _PROPERTIES.items()}
 
 
+# The longest leadership lease. A node's crash is declared by Ray's health checks in about 0.6 s
+# (raygroups.deployment.start), and the new leader asks for its epoch about 0.15 s later: a lease of 0.75 s,
+# counted from the old leader's last renewal (its processes die within 0.1 s of their raylet,
+# raylet_death_check_interval_milliseconds), has run out by then or nearly, so the new leader does not wait
+# for it. The leader renews it four times per lease.
+LEADERSHIP_LEASE_MAX_S = 0.75
+
+
 def leadership_lease_s(session_timeout_ms: int) -> float:
     """How long a leader may answer after the controller last confirmed it (from when it asked): 2/3 of
-    ``shard.session.timeout.ms``, below the silence after which the controller fails it over, so that a
-    paused leader that resumes after a failover refuses requests instead of serving stale reads. The
-    controller also waits out the previous leader's lease before it gives a new leader on another node
-    its epoch (``Controller.leader_started``): 2 s at the default 3 s."""
-    return session_timeout_ms * 2 / 3 / 1000
+    ``shard.session.timeout.ms``, below the silence after which the controller fails it over, and at most
+    ``LEADERSHIP_LEASE_MAX_S``, so that a paused leader that resumes after a failover refuses requests
+    instead of serving stale reads. The controller also waits out the previous leader's lease before it
+    gives a new leader on another node its epoch (``Controller.leader_started``): 0.75 s at the default
+    3 s."""
+    return min(session_timeout_ms * 2 / 3 / 1000, LEADERSHIP_LEASE_MAX_S)
 
 
 def _check(name: str, value: Any, prop: _Prop) -> None:

@@ -25,6 +25,7 @@ import json
 import logging
 import time
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import ray
@@ -66,6 +67,7 @@ log = logging.getLogger(__name__)
 MONITOR_INTERVAL_S = 0.2
 PROBE_TIMEOUT_S = 1.0  # at most; a third of shard.session.timeout.ms when that is shorter
 NODES_RECHECK_S = 0.05  # while probes are unanswered, Ray's node table is read again this often
+NODES_WATCH_S = 0.05  # between rounds too: a node's death (or arrival) starts the next round at once
 PERSIST_TIMEOUT_S = 5.0
 REPORT_TIMEOUT_S = 60.0  # a LogServer Ray is still starting on a busy node may take this long
 START_REPORTS_TIMEOUT_S = 30.0
@@ -130,6 +132,11 @@ class Controller:
         # the one task that sees to them.
         self._standby_spares: dict[str, SparesSeen] = {}
         self._standby_task: asyncio.Task | None = None
+        # Ray's node table read between rounds (``_watch_nodes``), on a thread of its own so that blocking
+        # calls on the shared pool (spares started, actor states) never delay it.
+        self._wake: asyncio.Event | None = None
+        self._watch_task: asyncio.Task | None = None
+        self._nodes_reader = ThreadPoolExecutor(1, thread_name_prefix="controller-nodes")
         if ray.is_initialized():  # (never start a Ray just to ask: a plain instance has no loop to start)
             try:  # run the loop from the start, not from the first call (after a restart nobody may call)
                 ray.get_runtime_context().current_actor.ensure_running.remote()
@@ -152,7 +159,9 @@ class Controller:
         elif cached:
             log.warning("ignoring a cached partition table that does not fit %d partitions", self.settings.num_partitions)
         self._topics_version = self._actors.read_topics()[1]
+        self._wake = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._run())
+        self._watch_task = asyncio.get_running_loop().create_task(self._watch_nodes())
 
     async def ensure_running(self) -> None:
         await self._ensure_running()
@@ -175,11 +184,33 @@ class Controller:
 
     async def _run(self) -> None:
         while True:
+            self._wake.clear()
             try:
                 await self._round()
             except Exception:  # noqa: BLE001 - the loop logs and carries on after any single failure
                 log.exception("controller round failed")
-            await asyncio.sleep(MONITOR_INTERVAL_S)
+            try:
+                await asyncio.wait_for(self._wake.wait(), MONITOR_INTERVAL_S)
+            except TimeoutError:
+                pass
+
+    async def _watch_nodes(self) -> None:
+        """Between rounds, Ray's node table is read every ``NODES_WATCH_S`` (a GCS call of about a
+        millisecond): when the set of alive nodes changes, the next round starts at once, so that a node's
+        death is acted on as Ray declares it rather than after the round's pause (a round under way
+        notices it in ``_probe_shards``)."""
+        loop = asyncio.get_running_loop()
+        alive: frozenset[str] | None = None
+        while True:
+            try:
+                nodes = await loop.run_in_executor(self._nodes_reader, self._actors.ray_nodes)
+                now = frozenset(n["NodeID"] for n in nodes if n.get("Alive"))
+                if alive is not None and now != alive:
+                    self._wake.set()
+                alive = now
+            except Exception as e:  # noqa: BLE001 - the GCS away (the head restarting): the rounds notice too
+                log.debug("could not read Ray's node table: %s", e)
+            await asyncio.sleep(NODES_WATCH_S)
 
     async def _round(self) -> None:
         obs = await self._observe()
@@ -189,7 +220,8 @@ class Controller:
             decision = decide(before, obs, now_ms)
             self._meta = decision.metadata
             self._obs = obs
-            if not await self._perform(decision):
+            failed = await self._perform(decision)
+            if failed:
                 # Something it decided did not take effect: keep what did (partitions, holders, marks) and
                 # decide the rest again from the state of before, so that nothing seen this round (a
                 # restarted node, a report) is forgotten; leases renewed meanwhile stay renewed.
@@ -197,6 +229,9 @@ class Controller:
                                                  marked=self._meta.marked, leases=self._meta.leases,
                                                  unclaimed=self._meta.unclaimed)
             self._metrics.refresh(self._meta.partitions, self.settings.replication_factor)
+        # Shards are started (a spare adopting, or a new process) after the lock: a new leader asking for
+        # its epoch (``leader_started``) does not wait for the other partitions' shards to start.
+        await self._start_and_stop_shards(decision, failed)
         self._see_to_standby_spares(now_ms)
 
     # ------------------------------------------------------------------------------------------
@@ -355,8 +390,8 @@ class Controller:
     # ------------------------------------------------------------------------------------------
     # Perform
     # ------------------------------------------------------------------------------------------
-    async def _perform(self, decision: Decision) -> bool:
-        """Perform the decision; False if some commit did not take effect."""
+    async def _perform(self, decision: Decision) -> set[int]:
+        """Perform the decision's commits and disk updates; the partitions whose commit did not take effect."""
         commits = decision.of(Commit)
         for event in decision.of(Event):
             self._event(event.as_dict())
@@ -368,13 +403,16 @@ class Controller:
             for p in sync.partitions:
                 if p in self._meta.partitions:
                     await self._persist(p, self._meta.partitions[p], [sync.node])
+        return failed
+
+    async def _start_and_stop_shards(self, decision: Decision, failed: set[int]) -> None:
+        """The decision's shard starts and stops, but none of a partition whose commit failed."""
         for action in decision.actions:
             if isinstance(action, StartShard) and action.partition not in failed:
                 await self._start_shard(action)
             elif isinstance(action, StopShard) and action.partition not in failed:
                 self._actors.kill_shard(action.partition)
                 self._event({"event": "shard-stopped", "partition": action.partition, "reason": action.reason})
-        return not failed
 
     async def _mark_layout(self, nodes: tuple[str, ...]) -> None:
         async def one(node: str) -> str | None:

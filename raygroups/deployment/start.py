@@ -46,13 +46,26 @@ from raygroups.sources import load_source
 
 log = logging.getLogger(__name__)
 
-# Node-death detection in a few seconds instead of Ray's default of about 15 s (bench/detection.py measures
-# it); lower thresholds risk declaring busy nodes dead (ray#44680).
+# Node-death detection in Ray's GCS (GcsHealthCheckManager): a check every period; a node is dead after
+# `threshold` failed checks in a row; each check waits `timeout` for its answer before the next period
+# starts. A crashed raylet refuses the connection, so each check fails at once: dead 3 x 200 ms = 0.6 s
+# after (measured 0.49-0.60 s). A stalled or unreachable node fails each check only at its timeout:
+# 3 x (200 + 1000) ms = 3.6 s (measured 3.4 s with the raylet SIGSTOPped), so a busy node is not declared
+# dead for a stall under that (ray#44680: a node declared dead by mistake cannot rejoin).
 SIMULATED_HEALTH_CHECKS = {
-    "health_check_period_ms": 500,
+    "health_check_period_ms": 200,
     "health_check_failure_threshold": 3,
-    "health_check_timeout_ms": 500,
+    "health_check_timeout_ms": 1000,
 }
+
+
+def simulated_health_checks_text() -> str:
+    """How the simulated cluster's health checks are set, for the benches' JSON."""
+    h = SIMULATED_HEALTH_CHECKS
+    return (f"{h['health_check_period_ms']} ms x {h['health_check_failure_threshold']}, timeout "
+            f"{h['health_check_timeout_ms']} ms (simulated cluster)")
+
+
 # GCS fault tolerance (Ray's "GCS Fault Tolerance"): the GCS keeps its tables in RocksDB on the head's disk
 # (Ray's embedded backend, ``gcs_storage=rocksdb``), so a GCS that restarts resumes the same cluster: its
 # actors, names, node table and key-value store. While it is away running actors keep serving, and each
@@ -60,9 +73,16 @@ SIMULATED_HEALTH_CHECKS = {
 GCS_RECONNECT_TIMEOUT_S = 60
 
 
+# A node's worker processes check every this often whether their raylet still lives, and exit if not (Ray's
+# default 1000 ms): a leader whose node crashed stops renewing its lease within 0.1 s instead of a second.
+RAYLET_DEATH_CHECK_MS = 100
+
+
 def simulated_system_config(gcs_dir: str) -> dict:
-    """The simulated head's Ray system config: fast health checks, and its GCS persisted in ``gcs_dir``."""
-    return {**SIMULATED_HEALTH_CHECKS, "gcs_storage": "rocksdb", "gcs_storage_path": gcs_dir,
+    """The simulated head's Ray system config: fast health checks, workers that follow their raylet's death
+    at once, and the GCS persisted in ``gcs_dir``."""
+    return {**SIMULATED_HEALTH_CHECKS, "raylet_death_check_interval_milliseconds": RAYLET_DEATH_CHECK_MS,
+            "gcs_storage": "rocksdb", "gcs_storage_path": gcs_dir,
             "gcs_rpc_server_reconnect_timeout_s": GCS_RECONNECT_TIMEOUT_S}
 
 

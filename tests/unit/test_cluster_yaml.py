@@ -26,7 +26,7 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 COORDINATOR_LABEL = ("raygroups.io/role", "coordinator")
 HEALTH_CHECKS = {
-    "RAY_health_check_period_ms": "1000",
+    "RAY_health_check_period_ms": "200",
     "RAY_health_check_failure_threshold": "3",
     "RAY_health_check_timeout_ms": "1000",
 }
@@ -194,8 +194,16 @@ def test_head_has_the_tuned_health_checks(raw):
     for key, value in HEALTH_CHECKS.items():
         assert env.get(key) == value, key
     period, threshold = int(env["RAY_health_check_period_ms"]), int(env["RAY_health_check_failure_threshold"])
-    assert period * threshold <= 3000  # the failover target: a dead node is seen within ~3 s
+    timeout = int(env["RAY_health_check_timeout_ms"])
+    assert period * threshold <= 600  # a crashed node (its checks refused at once) is dead within 0.6 s
+    assert (period + timeout) * threshold >= 3000  # a node silent for less than 3 s is not declared dead
     assert "44680" in CLUSTER_YAML.read_text()  # the false-positive trade-off is documented
+
+
+@pytest.mark.parametrize("commands", ["head_start_ray_commands", "worker_start_ray_commands"])
+def test_every_nodes_workers_follow_their_raylets_death_at_once(raw, commands):
+    env, _, _ = ray_start(raw[commands])
+    assert env.get("RAY_raylet_death_check_interval_milliseconds") == "100"
 
 
 def test_token_is_distributed_not_committed(raw):

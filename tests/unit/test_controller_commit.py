@@ -169,14 +169,14 @@ def test_a_new_leader_on_another_node_waits_out_the_lease_the_controller_last_co
     created(controller, actors)
     granted = asyncio.run(controller.leader_started(0, "A", "A#1"))
     assert asyncio.run(controller.partition_state(0, granted["leader_epoch"], "A"))["leader"] == "A"  # renewal
-    now[0] += 1.5
+    now[0] += 0.25
     a = controller._meta.partitions[0]
     controller._meta = dataclasses.replace(controller._meta, partitions={  # the controller fails A over to B
         0: dataclasses.replace(a, leader="B", leader_epoch=a.leader_epoch + 1, partition_epoch=a.partition_epoch + 1)})
     asyncio.run(controller.partition_state(0))  # anyone's read: no renewal
     assert asyncio.run(controller.partition_state(0, granted["leader_epoch"], "A"))["leader"] == "B"  # deposed
     waiting = asyncio.run(controller.leader_started(0, "B", "B#1"))
-    assert waiting["wait"] == "the previous leader's lease runs for 0.50 s more"  # 2 s lease at 3 s
+    assert waiting["wait"] == "the previous leader's lease runs for 0.50 s more"  # 0.75 s lease at 3 s
     assert waiting["retry_in_s"] == pytest.approx(0.5)  # the new leader asks again then, not every 0.2 s
     now[0] += 0.5
     assert asyncio.run(controller.leader_started(0, "B", "B#1"))["leader_epoch"] > granted["leader_epoch"]

@@ -212,7 +212,7 @@ def test_leadership_lease_expires_without_confirmation(tmp_path):
     async def scenario():
         leader_log, follower, rep = setup(tmp_path)
         await rep.start()
-        assert rep.lease_s == 2.0  # 2/3 of the default shard.session.timeout.ms
+        assert rep.lease_s == 0.75  # the longest lease (below 2/3 of the default shard.session.timeout.ms)
         assert rep.lease_valid()
         rep.confirmed_at -= rep.lease_s + 0.1  # as after a pause
         assert not rep.lease_valid()
@@ -358,13 +358,14 @@ def test_a_follower_the_controller_cannot_drop_now_leaves_the_batch_unacknowledg
 
 
 def test_lease_and_confirmation_follow_the_session_timeout():
-    """shard.session.timeout.ms sets the lease (2/3 of it, below the controller's silence threshold) and
-    how often the leader renews it (four times per lease, at most every 0.5 s)."""
+    """shard.session.timeout.ms sets the lease (2/3 of it, below the controller's silence threshold, at most
+    0.75 s so that it has run out when Ray declares a crashed node dead) and how often the leader renews it
+    (four times per lease, at most every 0.5 s)."""
     from raygroups.actors.replication import maintenance_interval_s
     from raygroups.coordinator.config import leadership_lease_s
 
-    assert leadership_lease_s(3_000) == 2.0
-    assert maintenance_interval_s(3_000) == 0.5
+    assert leadership_lease_s(3_000) == 0.75
+    assert maintenance_interval_s(3_000) == 0.1875
     assert leadership_lease_s(900) == 0.6
     assert maintenance_interval_s(900) == 0.15
-    assert maintenance_interval_s(30_000) == 0.5
+    assert leadership_lease_s(30_000) == 0.75 and maintenance_interval_s(30_000) == 0.1875
