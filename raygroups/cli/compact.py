@@ -135,7 +135,11 @@ def _compact_deployment(address, namespace, partitions, storage_uri, as_json, ve
 def watch_rounds(cluster: Any, partitions, storage_uri, as_json: bool, verbose: bool, every_s: float,
                  min_dirty_ratio: float, rounds: int | None) -> int:
     """The watch mode: a round every ``every_s`` (from the start of the previous one) until ``rounds`` or
-    Ctrl-C; 0 if the last round was ok. Each round's report is shown (one JSON line with ``--json``)."""
+    Ctrl-C; 0 if the last round was ok. Each round's report is shown (one JSON line with ``--json``). A round
+    that fails (the head restarting under it, a Spark job error) is reported in one sentence and the watch
+    goes on: the next round finds out whether its Spark session still answers and starts a new one if not
+    (``compaction.spark_session``)."""
+    import ray
     from rich.console import Console
 
     console = Console(stderr=True, quiet=as_json)
@@ -145,10 +149,18 @@ def watch_rounds(cluster: Any, partitions, storage_uri, as_json: bool, verbose: 
     try:
         while True:
             started = time.monotonic()
-            report = _run_with_progress(cluster, partitions, storage_uri, as_json, verbose,
-                                        min_dirty_ratio=min_dirty_ratio)
-            _show(report, as_json)
-            done, ok = done + 1, report.ok
+            try:
+                report = _run_with_progress(cluster, partitions, storage_uri, as_json, verbose,
+                                            min_dirty_ratio=min_dirty_ratio)
+            except (*ERRORS, *_spark_errors(), ray.exceptions.RayError) as e:
+                why = _one_sentence(e) if isinstance(e, _spark_errors()) else f"{type(e).__name__}: {e}"
+                console.print(f"round {done + 1} failed: {str(why).splitlines()[0][:300]}", markup=False)
+                if as_json:
+                    click.echo(json.dumps({"ok": False, "error": str(why).splitlines()[0][:300]}))
+                done, ok = done + 1, False
+            else:
+                _show(report, as_json)
+                done, ok = done + 1, report.ok
             if rounds is not None and done >= rounds:
                 break
             wait = max(0.0, every_s - (time.monotonic() - started))

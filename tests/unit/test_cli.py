@@ -140,3 +140,28 @@ def test_gateway_command_refuses_bad_arguments_before_connecting(args, code, mes
     result = run("gateway", "--address", "198.18.0.254:6379", *args)
     assert result.exit_code == code and message in result.output, result.output
     assert connections == []
+
+
+def test_a_watch_round_that_fails_is_reported_and_the_watch_goes_on(monkeypatch, capsys):
+    """``raygroups compact --every``: a round that fails (here the Ray connection lost under it, as when the
+    head restarts) is one line of the output, and the next round runs; the exit code is the last round's."""
+    from raygroups.cli import compact
+    from raygroups.compaction import CompactionReport
+
+    answers = [ConnectionError("the GCS at 127.0.0.1:6379 did not answer"),
+               CompactionReport([{"partition": 0, "ok": True}], snapshot_path="s", run_id="r2")]
+
+    def one_round(*args, **kwargs):
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(compact, "_run_with_progress", one_round)
+    monkeypatch.setattr(compact.time, "sleep", lambda s: None)
+    assert compact.watch_rounds(None, None, None, True, False, 1.0, 0.5, 2) == 0
+    first, second = capsys.readouterr().out.strip().splitlines()
+    assert first == '{"ok": false, "error": "ConnectionError: the GCS at 127.0.0.1:6379 did not answer"}'
+    assert '"run_id": "r2"' in second and '"ok": true' in second
+    answers[:] = [CompactionReport([{"partition": 0, "ok": True}], snapshot_path="s"), RuntimeError("lost")]
+    assert compact.watch_rounds(None, None, None, True, False, 1.0, 0.5, 2) == 1  # the last round failed
