@@ -353,7 +353,9 @@ class Controller:
 
     async def _probe(self, partition: int) -> ShardObservation:
         try:
-            handle = self._actors.shard(partition)
+            # Looked up on a thread, as every GCS call of the controller: its loop answers the leaders' lease
+            # renewals, which must not wait behind a busy GCS.
+            handle = await asyncio.to_thread(self._actors.shard, partition)
         except ValueError:
             return ShardObservation(None)
         actor_id = self._actors.actor_id(handle)
@@ -368,7 +370,7 @@ class Controller:
     async def _unanswered(self, partition: int) -> ShardObservation:
         """A shard whose probe was given up on: Ray's state of the actor under its name, no answer."""
         try:
-            actor_id = self._actors.actor_id(self._actors.shard(partition))
+            actor_id = self._actors.actor_id(await asyncio.to_thread(self._actors.shard, partition))
         except ValueError:
             return ShardObservation(None)
         return ShardObservation(await asyncio.to_thread(self._actors.actor_state, actor_id), actor_id)
@@ -417,7 +419,8 @@ class Controller:
     async def _mark_layout(self, nodes: tuple[str, ...]) -> None:
         async def one(node: str) -> str | None:
             try:
-                ok = await asyncio.wait_for(self._actors.log_server(node).mark_layout.remote(), PERSIST_TIMEOUT_S)
+                handle = await asyncio.to_thread(self._actors.log_server, node)
+                ok = await asyncio.wait_for(handle.mark_layout.remote(), PERSIST_TIMEOUT_S)
                 return node if ok else None
             except (TimeoutError, ray.exceptions.RayError, ValueError):
                 return None
@@ -453,7 +456,7 @@ class Controller:
                          "unreachable": sorted(outcome.missing)})
             return False
         self._meta = self._meta.with_partition(p, a, c.holders & persisted, c.elected)
-        self._save()
+        await self._save()
         self._metrics.on_commit(p, current, a)
         self._metrics.refresh(self._meta.partitions, self.settings.replication_factor)
         return True
@@ -469,7 +472,7 @@ class Controller:
 
         async def one(node: str) -> dict:
             try:
-                handle = self._actors.log_server(node)
+                handle = await asyncio.to_thread(self._actors.log_server, node)
                 return await asyncio.wait_for(handle.update_partition.remote(partition, state), PERSIST_TIMEOUT_S)
             except (TimeoutError, ray.exceptions.RayError, ValueError) as e:
                 log.info("partition %d: could not persist its state on %s: %s", partition, node, e)
@@ -483,9 +486,9 @@ class Controller:
         stale = {n: r["partition_epoch"] for n, r in results.items() if r.get("reason") == "stale"}
         return {n for n, r in results.items() if r.get("ok")}, stale
 
-    def _save(self) -> None:
+    async def _save(self) -> None:
         try:
-            self._actors.store_partitions(_to_json(dict(self._meta.partitions)))
+            await asyncio.to_thread(self._actors.store_partitions, _to_json(dict(self._meta.partitions)))
         except Exception as e:  # noqa: BLE001 - the disks hold the state; the cache catches up next commit
             log.warning("could not cache the partition metadata in the GCS: %s", e)
 
