@@ -15,9 +15,13 @@ a head and three coordinator nodes. Root only; about ten minutes here.
    most partitions is powered off: the partitions fail over, every committed offset is still there and new
    commits succeed, the Kafka group's included; the host is powered on again and rejoins under its name
    (Ray's autoscaler restarts Ray on it), back in the in-sync replicas;
-5. ``ray down`` (and ``ray stop`` on each worker: ``ray down`` stops only the head), then ``ray up`` again:
+5. the head powered off for 60 s while a second Kafka group commits (GCS fault tolerance: the coordinator
+   hosts keep serving it), powered on, its Ray started again with cluster.yaml's ``ray start --head`` (the
+   GCS kept on its disk): every committed offset is there, the group committed while the head was off,
+   and its longest pause between two commits is reported;
+6. ``ray down`` (and ``ray stop`` on each worker: ``ray down`` stops only the head), then ``ray up`` again:
    the deployment is resumed from the coordinator nodes' disks and every committed offset is back;
-6. ``ray down`` and a teardown that must leave no process, namespace or link behind.
+7. ``ray down`` and a teardown that must leave no process, namespace or link behind.
 
 Every step's duration goes to ``--out`` (``run.log`` and ``timings.json``); the run fails at the first
 step that does not hold. ``python deploy/ray_up_e2e.py [--out bench/results/ray-up] [--keep]``.
@@ -388,7 +392,7 @@ def kafka_bootstrap() -> str:
     return ",".join(f"{w.ip}:{KAFKA_PORT}" for w in WORKERS)
 
 
-def phase_kafka_group(stop_file: str, out_file: str) -> dict:
+def phase_kafka_group(stop_file: str, out_file: str, group: str = "kafka-app") -> dict:
     """A confluent-kafka (librdkafka) consumer group of two members on this machine, through the hosts'
     listeners: each commits its partitions of ``orders`` (one higher each time) until ``stop_file`` exists.
     ``out_file`` gets, as it goes, the acknowledged offsets and when each commit was acknowledged."""
@@ -410,8 +414,8 @@ def phase_kafka_group(stop_file: str, out_file: str) -> dict:
         Path(out_file).write_text(json.dumps(state, sort_keys=True))
 
     def member(i: int) -> None:
-        consumer = Consumer({"bootstrap.servers": kafka_bootstrap(), "group.id": "kafka-app",
-                             "client.id": f"kafka-app-{i}", "enable.auto.commit": False,
+        consumer = Consumer({"bootstrap.servers": kafka_bootstrap(), "group.id": group,
+                             "client.id": f"{group}-{i}", "enable.auto.commit": False,
                              "session.timeout.ms": 10_000, "heartbeat.interval.ms": 1_000, "log_level": 0})
         consumer.subscribe(["orders"])
         while not os.path.exists(stop_file):
@@ -454,22 +458,27 @@ def _read_json(path: Path) -> dict:
         return {}
 
 
-def kafka_group_facts(out_file: str, powered_off_at: float, expected_file: str) -> dict:
-    """What the Kafka group did: commits before and after the power-off, the longest pause between two
-    acknowledged commits around it (what a librdkafka client sees of the failover), and its acknowledged
-    offsets added to what the later checks hold the deployment to."""
+def kafka_group_facts(out_file: str, powered_off_at: float, expected_file: str, group: str = "kafka-app",
+                      powered_on_at: float | None = None) -> dict:
+    """What the Kafka group did: commits before and after the power-off (and, given when the host was
+    powered on again, while it was off), the longest pause between two acknowledged commits around it (what
+    a librdkafka client sees of the failover), and its acknowledged offsets added to what the later checks
+    hold the deployment to."""
     state = json.loads(Path(out_file).read_text())
     times = state["acked_at"]
     around = [b - a for a, b in zip(times, times[1:], strict=False) if b >= powered_off_at]
     expected = json.loads(Path(expected_file).read_text())
-    expected["kafka-app"] = state["acked"]
+    expected[group] = state["acked"]
     Path(expected_file).write_text(json.dumps(expected, sort_keys=True))
     after = sum(1 for t in times if t > powered_off_at)
     assert after > 0, f"the Kafka group committed nothing after the power-off: {state['errors']}"
     assert after < len(times), "the Kafka group committed nothing before the power-off"
-    return {"commits_before_power_off": len(times) - after, "commits_after_power_off": after,
-            "longest_commit_pause_s": round(max(around, default=0.0), 2), "errors": state["errors"],
-            "partitions": len(state["acked"])}
+    facts = {"commits_before_power_off": len(times) - after, "commits_after_power_off": after,
+             "longest_commit_pause_s": round(max(around, default=0.0), 2), "errors": state["errors"],
+             "partitions": len(state["acked"])}
+    if powered_on_at is not None:
+        facts["commits_while_off"] = sum(1 for t in times if powered_off_at < t < powered_on_at)
+    return facts
 
 
 PHASES = {"workload": phase_workload, "check": phase_check, "rejoined": phase_rejoined, "kafka": phase_kafka_group}
@@ -478,6 +487,7 @@ PHASES = {"workload": phase_workload, "check": phase_check, "rejoined": phase_re
 # --- the run ---------------------------------------------------------------------------------------------
 AUTOSCALER_RESTART_S = 300  # how long a powered-on host is left to Ray's autoscaler
 RAYLET_SETTLED_S = 60  # a raylet still running this long after it appeared has registered
+HEAD_DOWN_S = 60  # how long the head is powered off (the raylets wait up to 300 s for its GCS)
 
 
 def ray_restarted(host, config: Path) -> str:
@@ -504,6 +514,29 @@ def ray_restarted(host, config: Path) -> str:
     script = "; ".join(c.strip().replace("$RAY_HEAD_IP", HEAD.ip) for c in commands)
     testhosts.ssh(host, script, timeout_s=300)
     return "operator (the autoscaler's one restart failed)"
+
+
+def head_start_command(config: Path) -> str:
+    """cluster.yaml's ``ray start --head`` command: what the operator (or a supervisor) runs on a head that
+    lost power, its GCS storage kept -- never the whole list, whose ``rm`` starts a new Ray cluster."""
+    import yaml
+
+    commands = yaml.safe_load(config.read_text())["head_start_ray_commands"]
+    return next(c for c in commands if "ray start --head" in c).strip()
+
+
+def kafka_group(run: Run, name: str, group: str) -> tuple[subprocess.Popen, Path, Path]:
+    """Start ``phase_kafka_group`` as a process of its own; returns it with its stop and output files, once
+    it committed on all 6 partitions."""
+    stop, out = WORK / f"{group}.stop", WORK / f"{group}.json"
+    stop.unlink(missing_ok=True)
+    out.unlink(missing_ok=True)  # an earlier run's file would pass the wait below at once
+    process = subprocess.Popen([sys.executable, __file__, "--phase", "kafka", str(stop), str(out), group],
+                               env=launcher_env(), stdout=subprocess.DEVNULL,
+                               stderr=open(run.out / f"phase-{name}.log", "w"))
+    run.step(f"a confluent-kafka group of 2 ({group}) commits through the hosts' Kafka listeners", _wait,
+             lambda: len(_read_json(out).get("acked", ())) == 6, 120, f"the Kafka group {group}'s commits on all 6 partitions")
+    return process, stop, out
 
 
 def stop_ray_everywhere() -> None:
@@ -547,15 +580,7 @@ def main(argv: list[str] | None = None) -> int:
         run.facts["cli_writes"] = run.step("raygroups offsets reset / offsets delete / groups delete, bad input",
                                            operator_writes, run, expected)
         run.say(f"  {run.facts['cli_writes']}")
-        kafka_stop, kafka_out = WORK / "kafka-group.stop", WORK / "kafka-group.json"
-        kafka_stop.unlink(missing_ok=True)
-        kafka_out.unlink(missing_ok=True)  # an earlier run's file would pass the wait below at once
-        kafka = subprocess.Popen([sys.executable, __file__, "--phase", "kafka", str(kafka_stop), str(kafka_out)],
-                                 env=launcher_env(), stdout=subprocess.DEVNULL,
-                                 stderr=open(run.out / "phase-kafka.log", "w"))
-        run.step("a confluent-kafka group of 2 commits through the hosts' Kafka listeners", _wait,
-                 lambda: len(_read_json(kafka_out).get("acked", ())) == 6, 120,
-                 "the Kafka group's commits on all 6 partitions")
+        kafka, kafka_stop, kafka_out = kafka_group(run, "kafka", "kafka-app")
         leaders = run.facts["workload"]["leaders"]
         victim = testhosts.by_name(max((n for n in leaders if n), key=lambda n: leaders[n]))
         powered_off_at = time.time()
@@ -579,6 +604,26 @@ def main(argv: list[str] | None = None) -> int:
         run.facts["kafka_group"] = run.step("the Kafka group committed across the power-off",
                                             kafka_group_facts, str(kafka_out), powered_off_at, expected)
         run.say(f"  {run.facts['kafka_group']}")
+        # The head (Ray's GCS, the controller) powered off while a Kafka group commits: GCS fault tolerance.
+        kafka, kafka_stop, kafka_out = kafka_group(run, "kafka-head", "kafka-head-app")
+        head_off_at = time.time()
+        run.step(f"power off the head {HEAD.name}", testhosts.stop, HEAD)
+        run.step(f"the head stays off {HEAD_DOWN_S} s", time.sleep, HEAD_DOWN_S)
+        head_on_at = time.time()
+        run.step(f"power on the head {HEAD.name}", testhosts.start, HEAD)
+        run.step("the operator starts the head's Ray again (cluster.yaml's `ray start --head`, its GCS kept)",
+                 testhosts.ssh, HEAD, head_start_command(config), True, 300)
+        run.facts["head_restart"] = run.step("after the head's return: every committed offset back, 3 nodes",
+                                             client_phase, run, "check", expected, "3")
+        run.say(f"  {run.facts['head_restart']}")
+        assert run.facts["head_restart"]["ok"], run.facts["head_restart"]
+        kafka_stop.touch()
+        run.step("the Kafka group stops", kafka.wait, 120)
+        run.facts["kafka_group_head"] = run.step("the Kafka group committed while the head was off",
+                                                 kafka_group_facts, str(kafka_out), head_off_at, expected,
+                                                 "kafka-head-app", head_on_at)
+        run.say(f"  {run.facts['kafka_group_head']}")
+        assert run.facts["kafka_group_head"]["commits_while_off"] > 0, run.facts["kafka_group_head"]
         run.step("ray down", ray_cli, run, "down", "-y", str(config))
         run.step("ray stop on the workers", stop_ray_everywhere)
         run.step("ray up again", ray_cli, run, "up", "-y", "--no-config-cache", "--disable-usage-stats", str(config))

@@ -262,3 +262,17 @@ def test_head_announces_its_own_address_and_nodes_speak_token_auth(raw):
     # `ray stop` (what `ray down` runs), the `ray` CLI and drivers on the nodes use the venv and the token.
     assert "echo 'source ~/raygroups-venv/bin/activate' >> ~/.bashrc" in setup
     assert "echo 'export RAY_AUTH_MODE=token' >> ~/.bashrc" in setup
+
+
+def test_the_gcs_is_kept_on_the_heads_disk_and_every_raylet_waits_for_it(raw):
+    """GCS fault tolerance: the head's GCS in RocksDB on its disk, every node's raylet waiting 300 s for a GCS
+    that went away; a `ray up` wipes that storage before the head starts (a new Ray cluster), so the
+    command an operator runs after a power cut is the `ray start --head` line alone."""
+    env, _, _ = ray_start(raw["head_start_ray_commands"])
+    assert env.get("RAY_gcs_storage") == "rocksdb"
+    assert env.get("RAY_gcs_storage_path") == "$HOME/raygroups-gcs"
+    for commands in ("head_start_ray_commands", "worker_start_ray_commands"):
+        assert ray_start(raw[commands])[0].get("RAY_gcs_rpc_server_reconnect_timeout_s") == "300", commands
+    head = raw["head_start_ray_commands"]
+    wipe = head.index("rm -rf ~/raygroups-gcs")
+    assert wipe < next(i for i, c in enumerate(head) if "ray start --head" in c)
