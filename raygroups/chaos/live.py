@@ -62,20 +62,28 @@ class LiveView:
     def summary(self, result: Any) -> None:
         self.close()
         r = result.report
-        fo = r["failover"]["total_s"]
+        fo, rec = r["failover"]["total_s"], r["recovery"]["total_s"]
         self.console.print(
             f"\n{r['faults_injected']} faults injected ({', '.join(f'{k} {v}' for k, v in sorted(r['faults'].items()))})"
             f"\n{r['operations']['ok']} operations acknowledged, {r['operations']['fail']} failed, "
             f"{r['operations']['info']} of unknown outcome; {r['commits']['ok']} commits "
             f"(p50 {r['commits']['latency_ms']['p50']} ms, p99 {r['commits']['latency_ms']['p99']} ms; a no-op actor "
             f"call: p50 {r['baseline']['noop_actor_call_ms']['p50']} ms)"
-            f"\nfailover (kill -> first commit served): p50 {fo['p50']} s, p99 {fo['p99']} s, max {fo['max']} s "
-            f"over {fo['count']} failovers; rebalances {sum(r['rebalances'].values())}; "
-            f"records reprocessed {r['records_reprocessed']}")
+            f"\nfailover (kill -> first probe commit the new leader served): p50 {fo['p50']} s, p99 {fo['p99']} s, "
+            f"max {fo['max']} s over {fo['count']} failovers; consumers' first commit after them: p50 "
+            f"{r['failover']['consumers_s']['p50']} s, p99 {r['failover']['consumers_s']['p99']} s"
+            + (f"\nrecovery after a full restart: p50 {rec['p50']} s, max {rec['max']} s over {rec['count']}"
+               if rec["count"] else "")
+            + f"\nrebalances {sum(r['rebalances'].values())}; records reprocessed {r['records_reprocessed']}")
+        for name, kind in (("failover", "failovers"), ("recovery", "recoveries")):
+            for fault, f in r[name]["by_fault"].items():
+                t = f["total_s"]
+                self.console.print(f"  {fault}: {t['count']} {kind}, p50 {t['p50']} s, p99 {t['p99']} s, max "
+                                   f"{t['max']} s" + (f", {f['unserved']} unserved" if f["unserved"] else ""))
         for v in r["violations"][:20]:
             self.console.print(f"[red]VIOLATION {v['invariant']}[/red]: {v['message']}")
         verdict = "[green]valid: no invariant violated[/green]" if r["ok"] else \
             f"[red]invalid: {len(r['violations'])} violation(s)[/red]"
         self.console.print(f"checker ({len(r['invariants'])} invariants): {verdict}")
         self.console.print(f"history  {result.out}/history.jsonl\nreport   {result.out}/report.json\n"
-                           f"timeline {result.out}/timeline.png\n(Ray's own output: {result.out}/ray-output.log)")
+                           f"timeline {result.out}/timeline.png, {result.out}/failover-cdf.png\n(Ray's own output: {result.out}/ray-output.log)")

@@ -5,7 +5,8 @@ single-node Ray) or attaches to a deployment (``address``), then:
 
 1. the workload: ``groups`` groups of ``consumers`` consumer actors over a live synthetic topic, committing
    as they go, each group speaking the classic protocol or KIP-848's consumer protocol (``group_protocol``:
-   classic, consumer, or mixed: every other group), plus probes fetching committed offsets and a client deleting scratch groups
+   classic, consumer, or mixed: every other group), plus probes fetching committed offsets, a client deleting
+   scratch groups, and an availability probe per coordinator partition committing at a fixed rate
    (``raygroups.chaos.workload``), all recording their operations;
 2. once every group is stable and committing, the seeded fault schedule (``raygroups.chaos.faults``) for
    ``seconds``, injected one fault after another by the nemesis (``raygroups.chaos.nemesis``), which lets the
@@ -13,8 +14,8 @@ single-node Ray) or attaches to a deployment (``address``), then:
 3. a calm end: the consumers stop (commit, leave), the probes read every partition once more, and the
    audit asks every leader for the digests of its live state and of its log's replay, and every in-sync
    replica for its batches per leader epoch;
-4. ``DIR/history.jsonl`` (the pinned schema), the checker's verdict, ``DIR/report.json`` and
-   ``DIR/timeline.png`` (``raygroups.chaos.report``).
+4. ``DIR/history.jsonl`` (the pinned schema), the checker's verdict, ``DIR/report.json``,
+   ``DIR/timeline.png`` and ``DIR/failover-cdf.png`` (``raygroups.chaos.report``).
 
 Everything Ray, raylets and Spark would print goes to ``DIR/ray-output.log``; the terminal shows a live
 view and the summary.
@@ -40,6 +41,7 @@ from raygroups.chaos.faults import CONSUMER_FAULTS, PlannedFault, schedule
 from raygroups.chaos.nemesis import Nemesis
 from raygroups.chaos.workload import (
     TOPIC,
+    AvailabilityProbe,
     ChaosConsumer,
     EventLog,
     HistoryEvent,
@@ -72,6 +74,8 @@ class RunOptions:
     session_timeout_ms: int = 10_000
     rebalance_timeout_ms: int = 10_000
     probes: int = 2
+    # Each coordinator partition's availability probe commits this often (the report's availability).
+    availability_interval_s: float = 0.2
     # Kafka's group.protocol of the groups: "classic", "consumer" (KIP-848) or "mixed" (every other group
     # speaks the consumer protocol, the first classic).
     group_protocol: str = "mixed"
@@ -146,6 +150,7 @@ class Workload:
         self._early: list[HistoryEvent] = []  # drained from a consumer just before the nemesis killed it
         self._stop = threading.Event()
         self._threads: list[Any] = []
+        self._availability: list[AvailabilityProbe] = []
         if cluster.replicated or cluster.consumer_resources:
             self._resources = cluster.consumer_resources
         else:  # a deployment reached by address: keep the clients on this host (one clock for the history)
@@ -166,6 +171,12 @@ class Workload:
         for i in range(self.options.probes):
             self._threads.append(Probe(client, f"probe-{i}", self.t0, keys[i::self.options.probes] or keys, self._stop))
         self._threads.append(Lifecycle(client, "scratch", self.t0, "chaos-scratch", self._stop))
+        # The availability probes get a client of their own, as another application would have.
+        probe_client = self.cluster.client()
+        self._availability = [AvailabilityProbe(probe_client, p, self.cluster.num_partitions, self.t0, self._stop,
+                                                self.options.availability_interval_s)
+                              for p in range(self.cluster.num_partitions)]
+        self._threads.extend(self._availability)
         for t in self._threads:
             t.start()
 
@@ -302,6 +313,8 @@ class Workload:
         for group in self.groups:
             for p in range(self.options.topic_partitions):
                 fetch(client, final, group, TOPIC, p, 30)
+        for probe in self._availability:
+            probe.final_read(client, final, 30)
         finals = final.drain()
         self._count(finals)
         self.events.extend(finals)
@@ -415,7 +428,7 @@ def run(options: RunOptions, faults: list[str], view: Any) -> RunResult:
     """One chaos run (see the module docstring); ``view`` shows progress (``raygroups.chaos.live``)."""
     from raygroups.chaos.checker import check
     from raygroups.chaos.history import read_history
-    from raygroups.chaos.report import build_report, plot_timeline
+    from raygroups.chaos.report import build_report, plot_failover_cdf, plot_timeline
     from raygroups.deployment.start import connect, start_local
 
     os.makedirs(options.out, exist_ok=True)
@@ -492,6 +505,7 @@ def run(options: RunOptions, faults: list[str], view: Any) -> RunResult:
         with open(os.path.join(options.out, "report.json"), "w", encoding="utf-8") as f:
             json.dump(report, f, indent=2, sort_keys=True)
         plot_timeline(history, report, os.path.join(options.out, "timeline.png"))
+        plot_failover_cdf(report, os.path.join(options.out, "failover-cdf.png"))
         return RunResult(result.ok, report, options.out)
     finally:
         try:

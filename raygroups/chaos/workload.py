@@ -10,6 +10,9 @@ operations as history events.
   the member's generation is ``fail``; a timeout or any other error is ``info`` (it may have been written).
 * ``Probe`` (a thread of the benchmark's process): ``fetch`` of one partition's committed offset after
   another, round robin.
+* ``AvailabilityProbe`` (a thread per coordinator partition): ``commit`` to a scratch group of its own that
+  hashes to that partition, at a fixed rate, with a short timeout: what a client of that coordinator sees,
+  whatever the consumers do (the report's availability and failover times come from it).
 * ``Lifecycle`` (a thread): commits to a scratch group with no members, fetches it, deletes it (``delete``)
   and fetches again, with a new scratch group each round: deleted groups must stay deleted.
 
@@ -29,6 +32,7 @@ from typing import Any
 
 from raygroups.client.consumer import CommitFailedError, Consumer, ConsumerError, FatalConsumerError
 from raygroups.coordinator.errors import Errors
+from raygroups.coordinator.partitioning import partition_for
 
 TOPIC = "orders"
 # How long a consumer's commit or offset fetch may retry: well below its max.poll.interval.ms (the run uses
@@ -260,6 +264,70 @@ def fetch(client: Any, events: EventLog, group: str, topic: str, partition: int,
     events.add("ok", "fetch", {**value, "offset": -1 if committed is None else committed.offset})
 
 
+def commit_scratch(client: Any, events: EventLog, group: str, offset: int, timeout_s: float) -> None:
+    """Commit ``offset`` for partition 0 of a group with no members, recorded as a ``commit``."""
+    value = {"group": group, "topic": TOPIC, "partition": 0, "offset": offset}
+    events.add("invoke", "commit", value)
+    try:
+        r = _answer(client.commit_offsets(group_id=group, offsets={(TOPIC, 0): (offset, "")}), timeout_s)
+    except Exception as e:  # noqa: BLE001 - unknown outcome
+        events.add("info", "commit", {**value, "error": type(e).__name__})
+        return
+    error = r.errors[(TOPIC, 0)]
+    if error is Errors.NONE:
+        events.add("ok", "commit", value)
+    else:
+        events.add("info" if error.is_coordinator_error or error.retriable else "fail", "commit",
+                   {**value, "error": error.name})
+
+
+AVAILABILITY_PROCESS = "availability-p"  # an availability probe's process: this and its partition
+
+
+def availability_group(partition: int, num_partitions: int) -> str:
+    """The scratch group an availability probe commits to: the first ``chaos-availability-<p>-<i>`` that
+    hashes to ``partition``."""
+    for i in itertools.count():
+        group = f"chaos-availability-{partition}-{i}"
+        if partition_for(group, num_partitions) == partition:
+            return group
+    raise AssertionError("unreachable")
+
+
+class AvailabilityProbe(threading.Thread):
+    """Commits a growing offset to one coordinator partition's scratch group every ``interval_s`` (the next
+    one at once when a commit took longer), each with ``timeout_s``: a client that only needs its
+    coordinator, unaffected by consumers' rebalances, so that its failed or slow commits are the partition's
+    unavailability. Its group is read back at the end (``final_read``), so the checker holds every
+    acknowledged probe commit to its invariants too."""
+
+    def __init__(self, client: Any, partition: int, num_partitions: int, t0: float, stop: threading.Event,
+                 interval_s: float = 0.2, timeout_s: float = 2.0) -> None:
+        super().__init__(name=f"{AVAILABILITY_PROCESS}{partition}", daemon=True)
+        self.client = client
+        self.group = availability_group(partition, num_partitions)
+        self.events = EventLog(f"{AVAILABILITY_PROCESS}{partition}", t0)
+        self._stop_event = stop
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+
+    def run(self) -> None:
+        next_at = time.monotonic()
+        for offset in itertools.count(1):
+            if self._stop_event.is_set():
+                return
+            commit_scratch(self.client, self.events, self.group, offset, self.timeout_s)
+            next_at += self.interval_s
+            wait = next_at - time.monotonic()
+            if wait > 0:
+                self._stop_event.wait(wait)
+            else:  # late (a slow or failed commit): the next one now, and the rate from there
+                next_at = time.monotonic()
+
+    def final_read(self, client: Any, events: EventLog, timeout_s: float) -> None:
+        fetch(client, events, self.group, TOPIC, 0, timeout_s)
+
+
 class Lifecycle(threading.Thread):
     """Scratch groups with no members: commit, fetch, delete, fetch, then the next scratch group."""
 
@@ -278,26 +346,11 @@ class Lifecycle(threading.Thread):
             if self._stop_event.is_set():
                 return
             group = f"{self.prefix}-{round_}"
-            self._commit_scratch(group, round_ + 1)
+            commit_scratch(self.client, self.events, group, round_ + 1, self.timeout_s)
             fetch(self.client, self.events, group, TOPIC, 0, self.timeout_s)
             self._delete_scratch(group)
             fetch(self.client, self.events, group, TOPIC, 0, self.timeout_s)
             self._stop_event.wait(self.pause_s)
-
-    def _commit_scratch(self, group: str, offset: int) -> None:
-        value = {"group": group, "topic": TOPIC, "partition": 0, "offset": offset}
-        self.events.add("invoke", "commit", value)
-        try:
-            r = _answer(self.client.commit_offsets(group_id=group, offsets={(TOPIC, 0): (offset, "")}), self.timeout_s)
-        except Exception as e:  # noqa: BLE001 - unknown outcome
-            self.events.add("info", "commit", {**value, "error": type(e).__name__})
-            return
-        error = r.errors[(TOPIC, 0)]
-        if error is Errors.NONE:
-            self.events.add("ok", "commit", value)
-        else:
-            self.events.add("info" if error.is_coordinator_error or error.retriable else "fail", "commit",
-                            {**value, "error": error.name})
 
     def _delete_scratch(self, group: str) -> None:
         value = {"group": group}

@@ -4,7 +4,7 @@ Routing is Kafka's FindCoordinator: ``partition_for(group_id)`` → the shard ac
 ``raygroups-shard-<p>`` in the deployment's namespace (handle cached). A Ray failure on a call (dead or
 restarting actor, missing name) is turned into ``NOT_COORDINATOR`` and the handle is dropped; the
 retriable coordinator errors (``COORDINATOR_LOAD_IN_PROGRESS``, ``NOT_COORDINATOR``,
-``COORDINATOR_NOT_AVAILABLE``) are retried with exponential backoff until ``request.timeout.ms``
+``COORDINATOR_NOT_AVAILABLE``) are retried with exponential backoff and KIP-580's jitter until ``request.timeout.ms``
 (JoinGroup: ``max(request.timeout.ms, rebalance_timeout_ms + 5000)``, as Kafka's client), then
 surfaced. Ray exceptions never reach the caller.
 
@@ -40,6 +40,7 @@ returns a future of the loop.
 from __future__ import annotations
 
 import asyncio
+import random
 import threading
 import time
 from concurrent.futures import Future, InvalidStateError
@@ -61,6 +62,14 @@ from raygroups.deployment.seam import Directory
 # costs a name lookup per lane.
 _BACKOFF_START_S = 0.02
 _BACKOFF_MAX_S = 0.1
+# KIP-580's jitter (Kafka's ExponentialBackoff: each backoff times a random factor in [0.8, 1.2], then
+# capped): the clients of a failed-over partition do not all retry in lockstep.
+BACKOFF_JITTER = 0.2
+
+
+def jittered(backoff_s: float, rng: random.Random) -> float:
+    """One retry's wait: ``backoff_s`` times a random factor within the jitter, at most the cap."""
+    return min(_BACKOFF_MAX_S, backoff_s * rng.uniform(1 - BACKOFF_JITTER, 1 + BACKOFF_JITTER))
 
 
 def lane_of(request: Any, partition: int) -> tuple | None:
@@ -104,6 +113,7 @@ class RayGroupClient(GroupApi):
         # Ray calls made: "calls" carried "requests" coalesced requests; "single_calls" one request each.
         self.batch_stats = {"calls": 0, "requests": 0, "single_calls": 0}
         self._handles: dict[int, Any] = {}
+        self._rng = random.Random()  # the retries' jitter: each client its own
         self._handles_lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="raygroups-client", daemon=True)
@@ -235,7 +245,7 @@ class RayGroupClient(GroupApi):
             errors = response_errors(response)
             if not errors or not any(e.is_coordinator_error for e in errors) or time.monotonic() >= deadline:
                 return response
-            await asyncio.sleep(min(backoff, max(0.0, deadline - time.monotonic())))
+            await asyncio.sleep(min(jittered(backoff, self._rng), max(0.0, deadline - time.monotonic())))
             backoff = min(backoff * 2, _BACKOFF_MAX_S)
 
     async def _send_one(self, partition: int, request: Any) -> Any:
@@ -336,7 +346,8 @@ class RayGroupClient(GroupApi):
         if not retry:
             return
         lane.in_flight += 1
-        delay = max(0.0, min(max(s.backoff for s in retry), min(s.deadline for s in retry) - time.monotonic()))
+        delay = max(0.0, min(jittered(max(s.backoff for s in retry), self._rng),
+                             min(s.deadline for s in retry) - time.monotonic()))
         for s in retry:
             s.backoff = min(s.backoff * 2, _BACKOFF_MAX_S)
         self._loop.call_later(delay, self._requeue, key, lane, retry)
