@@ -247,19 +247,28 @@ class LeaderReplication:
         self._raise_if_catch_up_deposed()
         asked = time.monotonic()
         expansions = self._isr_expansions
+        renewal = asyncio.ensure_future(self._controller.partition_state.remote(self.partition, self.epoch, self.node))
         try:
-            meta = await asyncio.wait_for(self._controller.partition_state.remote(self.partition, self.epoch, self.node),
-                                          self.lease_s / 2)
+            meta = await asyncio.wait_for(asyncio.shield(renewal), self.lease_s / 2)
         except (TimeoutError, ray.exceptions.RayError) as e:
+            renewal.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved, whatever happens
             await self._hold_through_followers(e)
-            return
+            if renewal.done():
+                return
+            # A slow controller is not a lost one: its answer still renews the lease (from the asking) if it
+            # comes while that lease runs, so a leader does not stop serving because the controller's answers
+            # took more than half a lease (Kafka's broker heartbeats are not cut short either).
+            try:
+                meta = await asyncio.wait_for(renewal, max(0.0, asked + self.lease_s - time.monotonic()))
+            except (TimeoutError, ray.exceptions.RayError):
+                return
         if self._held is not None:
             self._held = None
             log.info("partition %d: the controller confirms its leader again", self.partition)
         if meta is None or meta["leader"] != self.node or meta["leader_epoch"] != self.epoch:
             self.stop_catch_up()
             raise Deposed(f"partition {self.partition} moved on: {meta}")
-        self.confirmed_at = asked
+        self.confirmed_at = max(self.confirmed_at, asked)
         self.replicas = list(meta["replicas"])
         # Replicas the controller dropped (dead nodes, re-replication) are no longer ours to wait for. Not
         # when the catch-up's ISR expansion ran while we asked: the answer may predate it, and dropping a

@@ -67,6 +67,11 @@ log = logging.getLogger(__name__)
 MONITOR_INTERVAL_S = 0.2
 PROBE_TIMEOUT_S = 1.0  # at most; a third of shard.session.timeout.ms when that is shorter
 NODES_RECHECK_S = 0.05  # while probes are unanswered, Ray's node table is read again this often
+# The controller's own responsiveness: its event loop is sampled every LOOP_SAMPLE_S, and a wake-up later
+# than LOOP_LAG_EVENT_S is an event (``loop-lag``): leases are renewed on this loop, so a stalled loop is
+# what lets leaders' leases lapse (as Kafka's controller reports its event queue time).
+LOOP_SAMPLE_S = 0.05
+LOOP_LAG_EVENT_S = 0.25
 NODES_WATCH_S = 0.05  # between rounds too: a node's death (or arrival) starts the next round at once
 PERSIST_TIMEOUT_S = 5.0
 REPORT_TIMEOUT_S = 60.0  # a LogServer Ray is still starting on a busy node may take this long
@@ -136,6 +141,7 @@ class Controller:
         # calls on the shared pool (spares started, actor states) never delay it.
         self._wake: asyncio.Event | None = None
         self._watch_task: asyncio.Task | None = None
+        self._lag_task: asyncio.Task | None = None
         self._nodes_reader = ThreadPoolExecutor(1, thread_name_prefix="controller-nodes")
         if ray.is_initialized():  # (never start a Ray just to ask: a plain instance has no loop to start)
             try:  # run the loop from the start, not from the first call (after a restart nobody may call)
@@ -162,6 +168,7 @@ class Controller:
         self._wake = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._run())
         self._watch_task = asyncio.get_running_loop().create_task(self._watch_nodes())
+        self._lag_task = asyncio.get_running_loop().create_task(self._watch_loop_lag())
 
     async def ensure_running(self) -> None:
         await self._ensure_running()
@@ -211,6 +218,14 @@ class Controller:
             except Exception as e:  # noqa: BLE001 - the GCS away (the head restarting): the rounds notice too
                 log.debug("could not read Ray's node table: %s", e)
             await asyncio.sleep(NODES_WATCH_S)
+
+    async def _watch_loop_lag(self) -> None:
+        while True:
+            before = time.monotonic()
+            await asyncio.sleep(LOOP_SAMPLE_S)
+            lag = time.monotonic() - before - LOOP_SAMPLE_S
+            if lag > LOOP_LAG_EVENT_S:
+                self._event({"event": "loop-lag", "lag_s": round(lag, 3)})
 
     async def _round(self) -> None:
         obs = await self._observe()

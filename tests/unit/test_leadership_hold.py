@@ -133,6 +133,34 @@ def test_without_every_in_sync_follower_holding_it_the_lease_runs_out(tmp_path, 
     asyncio.run(scenario())
 
 
+def test_a_slow_controllers_answer_within_the_lease_still_renews_it(tmp_path, clock):
+    """An answer later than half a lease (the controller busy, not gone) renews the lease from the asking,
+    even when no follower could hold it; one later than the lease does not."""
+    async def scenario():
+        rep, follower, controller = await started_leader(tmp_path)
+        leader_log = open_log(tmp_path / "leader")
+        follower.hold_leadership = _unreachable
+        answer_in = [0.15]
+        renew = controller.partition_state
+
+        async def slow(*args):
+            await asyncio.sleep(answer_in[0])
+            return await renew(*args)
+
+        controller.partition_state = slow
+        rep.confirmed_at -= 0.15
+        asked = asyncio.get_running_loop().time()
+        await rep.maintain(leader_log, run_io)
+        assert rep._held is None and rep.lease_valid()
+        assert asyncio.get_running_loop().time() - asked >= 0.15  # it waited for the late answer
+        answer_in[0] = 0.5  # now later than the lease: the lease is not renewed by it
+        before = rep.confirmed_at
+        await rep.maintain(leader_log, run_io)
+        assert rep._held is False and rep.confirmed_at == before
+
+    asyncio.run(scenario())
+
+
 async def _unreachable(*args):
     raise TimeoutError("the follower does not answer")
 
