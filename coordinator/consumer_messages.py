@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from raygroups.coordinator.consumer_records import Assignment, to_assignment
 from raygroups.coordinator.errors import Errors
-from raygroups.coordinator.messages import check_int, check_type
+from raygroups.coordinator.messages import check_int, check_string, check_type
 
 MAX_TOPIC_NAME_CHARS = 249
 
@@ -77,10 +77,11 @@ class DescribedConsumerGroup:
     members: list[DescribedConsumerGroupMember] = dataclasses.field(default_factory=list)
 
 
-def _check_str(name: str, value, nullable: bool = False, max_chars: int = 32_767) -> None:
-    """A Kafka STRING: at most 32 767 characters (or ``max_chars``)."""
-    check_type(name, value, str, nullable=nullable)
-    if value is not None and len(value) > max_chars:
+def _check_str(name: str, value, nullable: bool = False, max_chars: int | None = None) -> None:
+    """A Kafka STRING: at most 32 767 bytes in UTF-8 (``check_string``), and at most ``max_chars``
+    characters when given (a topic name's 249)."""
+    check_string(name, value, nullable=nullable)
+    if max_chars is not None and value is not None and len(value) > max_chars:
         raise ValueError(f"{name} is longer than {max_chars} characters ({len(value)})")
 
 

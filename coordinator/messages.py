@@ -262,6 +262,22 @@ def _type_names(types: type | tuple[type, ...]) -> str:
     return types.__name__
 
 
+# Kafka's STRING and NULLABLE_STRING: a 16-bit length, so at most 32 767 bytes of UTF-8 on the wire (the
+# protocol's Type.STRING); every string of a request is held to it, as Kafka's clients cannot send more.
+MAX_STRING_BYTES = 32_767
+
+
+def check_string(name: str, value: Any, nullable: bool = False) -> None:
+    """A protocol string: a ``str`` (or None when ``nullable``) of at most ``MAX_STRING_BYTES`` bytes in
+    UTF-8 (``TypeError``/``ValueError`` naming the field and the limit)."""
+    check_type(name, value, str, nullable=nullable)
+    if value is not None and len(value) * 4 > MAX_STRING_BYTES:  # (a short string needs no encoding)
+        size = len(value.encode("utf-8", "surrogatepass"))
+        if size > MAX_STRING_BYTES:
+            raise ValueError(f"{name} is {size} bytes in UTF-8, more than a Kafka protocol string's limit of "
+                             f"{MAX_STRING_BYTES} bytes")
+
+
 def check_int(name: str, value: Any, lo: int = INT32_MIN, hi: int = INT32_MAX) -> None:
     check_type(name, value, int)
     if not lo <= value <= hi:
@@ -269,11 +285,11 @@ def check_int(name: str, value: Any, lo: int = INT32_MIN, hi: int = INT32_MAX) -
 
 
 def check_group_id(value: Any) -> None:
-    check_type("group_id", value, str, nullable=True)
+    check_string("group_id", value, nullable=True)
 
 
 def check_instance_id(value: Any) -> None:
-    check_type("group_instance_id", value, str, nullable=True)
+    check_string("group_instance_id", value, nullable=True)
     if value is None:
         return
     if not value:
@@ -288,22 +304,22 @@ def check_topic_partition(name: str, tp: Any) -> tuple[str, int]:
     if not isinstance(tp, tuple) or len(tp) != 2:
         raise TypeError(f"{name} keys must be (topic, partition) tuples, got {tp!r}")
     topic, partition = tp
-    check_type(f"{name} topic", topic, str)
+    check_string(f"{name} topic", topic)
     check_int(f"{name} partition of {topic!r}", partition, 0, INT32_MAX)
     return topic, partition
 
 
 def validate_join_group(req: JoinGroupRequest, max_metadata_bytes: int) -> JoinGroupRequest:
     check_group_id(req.group_id)
-    check_type("member_id", req.member_id, str)
-    check_type("protocol_type", req.protocol_type, str)
+    check_string("member_id", req.member_id)
+    check_string("protocol_type", req.protocol_type)
     check_int("session_timeout_ms", req.session_timeout_ms)
     check_int("rebalance_timeout_ms", req.rebalance_timeout_ms, -1, INT32_MAX)
     check_instance_id(req.group_instance_id)
-    check_type("client_id", req.client_id, str)
-    check_type("client_host", req.client_host, str)
+    check_string("client_id", req.client_id)
+    check_string("client_host", req.client_host)
     check_type("require_known_member_id", req.require_known_member_id, bool)
-    check_type("reason", req.reason, str, nullable=True)
+    check_string("reason", req.reason, nullable=True)
     if not isinstance(req.protocols, (list, tuple)):
         raise TypeError(f"protocols must be a list of (name, metadata) tuples, got {type(req.protocols).__name__}")
     protocols = []
@@ -312,7 +328,7 @@ def validate_join_group(req: JoinGroupRequest, max_metadata_bytes: int) -> JoinG
         if not isinstance(p, (tuple, list)) or len(p) != 2:
             raise TypeError(f"protocols entries must be (name, metadata) tuples, got {p!r}")
         name, metadata = p
-        check_type("protocol name", name, str)
+        check_string("protocol name", name)
         check_type(f"metadata of protocol {name!r}", metadata, (bytes, bytearray, memoryview))
         total += len(metadata)
         protocols.append((name, bytes(metadata)))
@@ -332,17 +348,17 @@ def validate_join_group(req: JoinGroupRequest, max_metadata_bytes: int) -> JoinG
 def validate_sync_group(req: SyncGroupRequest, max_metadata_bytes: int) -> SyncGroupRequest:
     check_group_id(req.group_id)
     check_int("generation_id", req.generation_id)
-    check_type("member_id", req.member_id, str)
+    check_string("member_id", req.member_id)
     check_instance_id(req.group_instance_id)
-    check_type("protocol_type", req.protocol_type, str, nullable=True)
-    check_type("protocol_name", req.protocol_name, str, nullable=True)
+    check_string("protocol_type", req.protocol_type, nullable=True)
+    check_string("protocol_name", req.protocol_name, nullable=True)
     if req.assignments is None:
         assignments: dict[str, bytes] = {}
     elif isinstance(req.assignments, dict):
         assignments = {}
         total = 0
         for member_id, assignment in req.assignments.items():
-            check_type("assignments key (member id)", member_id, str)
+            check_string("assignments key (member id)", member_id)
             check_type(f"assignment of member {member_id!r}", assignment, (bytes, bytearray, memoryview))
             total += len(assignment)
             assignments[member_id] = bytes(assignment)
@@ -359,7 +375,7 @@ def validate_sync_group(req: SyncGroupRequest, max_metadata_bytes: int) -> SyncG
 def validate_heartbeat(req: HeartbeatRequest) -> HeartbeatRequest:
     check_group_id(req.group_id)
     check_int("generation_id", req.generation_id)
-    check_type("member_id", req.member_id, str)
+    check_string("member_id", req.member_id)
     check_instance_id(req.group_instance_id)
     return req
 
@@ -373,18 +389,19 @@ def validate_leave_group(req: LeaveGroupRequest) -> LeaveGroupRequest:
         if not isinstance(m, (tuple, list)) or len(m) != 2:
             raise TypeError(f"members entries must be (member_id, group_instance_id) tuples, got {m!r}")
         member_id, instance_id = m
-        check_type("member_id", member_id, str)
+        check_string("member_id", member_id)
         check_instance_id(instance_id)
         members.append((member_id, instance_id))
     if not members:
         raise ValueError("members must name at least one member")
+    check_string("reason", req.reason, nullable=True)
     return LeaveGroupRequest(req.group_id, tuple(members), req.reason)
 
 
 def validate_offset_commit(req: OffsetCommitRequest, max_metadata_bytes: int) -> OffsetCommitRequest:
     check_group_id(req.group_id)
     check_int("generation_id", req.generation_id)
-    check_type("member_id", req.member_id, str)
+    check_string("member_id", req.member_id)
     check_instance_id(req.group_instance_id)
     check_int("retention_time_ms", req.retention_time_ms, -1, INT64_MAX)
     if not isinstance(req.offsets, dict):
@@ -398,7 +415,7 @@ def validate_offset_commit(req: OffsetCommitRequest, max_metadata_bytes: int) ->
         offset, metadata = entry[0], entry[1]
         leader_epoch = entry[2] if len(entry) == 3 else -1
         check_int(f"offset of {tp!r}", offset, -1, INT64_MAX)
-        check_type(f"metadata of {tp!r}", metadata, str, nullable=True)
+        check_string(f"metadata of {tp!r}", metadata, nullable=True)
         if metadata is not None and len(metadata) > max_metadata_bytes:
             raise ValueError(f"metadata of {tp!r} is {len(metadata)} characters, more than message.max.bytes "
                              f"({max_metadata_bytes})")
@@ -411,7 +428,7 @@ def validate_offset_commit(req: OffsetCommitRequest, max_metadata_bytes: int) ->
 def validate_offset_fetch(req: OffsetFetchRequest) -> OffsetFetchRequest:
     check_group_id(req.group_id)
     check_type("require_stable", req.require_stable, bool)
-    check_type("member_id", req.member_id, str, nullable=True)
+    check_string("member_id", req.member_id, nullable=True)
     check_int("member_epoch", req.member_epoch)
     if req.partitions is None:
         return req
@@ -435,7 +452,7 @@ def validate_filter(name: str, values: Any) -> list[str]:
     if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple, set, frozenset)):
         raise TypeError(f"{name} must be a list of strings or None, got {type(values).__name__}")
     for v in values:
-        check_type(f"{name} entry", v, str)
+        check_string(f"{name} entry", v)
     return list(values)
 
 

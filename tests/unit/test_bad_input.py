@@ -202,3 +202,52 @@ def test_a_malformed_request_that_bypassed_the_client_is_invalid_request_and_cha
         assert error_of(response) is Errors.INVALID_REQUEST, (request, response)
         assert _snapshot(ctx) == before
     ctx.assert_replay_matches()
+
+
+LONG = "x" * 32_768  # one byte over Kafka's STRING limit
+WIDE = "é" * 16_384  # 16 384 characters, but 32 768 bytes in UTF-8
+
+
+@pytest.mark.parametrize("text", [LONG, WIDE], ids=["ascii", "two-byte"])
+@pytest.mark.parametrize(("call", "field"), [
+    ("join_group", "group_id"), ("join_group", "member_id"), ("join_group", "protocol_type"),
+    ("join_group", "client_id"), ("join_group", "client_host"), ("join_group", "reason"),
+    ("join_group", "protocol name"), ("sync_group", "member_id"), ("sync_group", "protocol_name"),
+    ("heartbeat", "member_id"), ("leave_group", "reason"), ("commit_offsets", "offsets topic"),
+    ("commit_offsets", "metadata"), ("fetch_offsets", "partitions topic"), ("delete_offsets", "partitions topic"),
+])
+def test_every_protocol_string_is_capped_at_kafkas_32767_bytes_in_the_caller(call, field, text):
+    """Kafka's STRING has a 16-bit length: a longer one (counted in UTF-8 bytes, not characters) is refused
+    before anything is sent, naming the field and the limit, and nothing changes."""
+    ctx, gen, members, leader = _stable_ctx()
+    before = _snapshot(ctx)
+    kwargs = dict(CALLS[call])
+    if field == "protocol name":
+        kwargs["protocols"] = [(text, b"m")]
+    elif field == "offsets topic":
+        kwargs["offsets"] = {(text, 0): (5, "")}
+    elif field == "metadata":
+        kwargs["offsets"] = {("t", 0): (5, text)}
+    elif field == "partitions topic":
+        kwargs["partitions"] = [(text, 0)]
+    else:
+        kwargs[field] = text
+    with pytest.raises(ValueError, match=r"is 32768 bytes in UTF-8, more than a Kafka protocol string's limit of 32767"):
+        getattr(ctx.coord, call)(**kwargs)
+    assert _snapshot(ctx) == before
+    # At the limit, it is a string Kafka could send: no error about its length.
+    kwargs = dict(CALLS["fetch_offsets"], group_id="g" * 32_767)
+    assert ctx.coord.fetch_offsets(**kwargs).result(timeout=0).error is Errors.NONE
+
+
+def test_a_raw_call_with_an_oversized_string_is_refused_at_the_shard():
+    """What bypassed the client (a raw Ray call) meets the same cap at the shard: INVALID_REQUEST, nothing
+    written."""
+    from raygroups.coordinator.messages import HeartbeatRequest, JoinGroupRequest
+
+    ctx, gen, _, leader = _stable_ctx()
+    before = _snapshot(ctx)
+    for request in (HeartbeatRequest(GROUP, gen, WIDE),
+                    JoinGroupRequest(GROUP, "", "consumer", (("range", b"m"),), 10_000, 10_000, None, LONG)):
+        assert ctx.coord._submit(request).result(timeout=0).error is Errors.INVALID_REQUEST
+        assert _snapshot(ctx) == before
