@@ -322,6 +322,13 @@ class _Round:
                 ours = t is not None and t.actor_id is None and t.node == a.leader
                 t = ShardTrack(a.leader, t.since_ms if ours else self.now, o.actor_id)
             if o.actor_state in STARTING and (t.first_answer_ms is not None or t.running_ms is not None):
+                if t.first_answer_ms is not None and self.in_sync_elsewhere(p):
+                    # The leader's process died after it had answered, and Ray is starting it again: an
+                    # in-sync replica on another node takes over now (its hot standby is promoted) rather
+                    # than the partition waiting for a new process and its load, as Kafka elects another
+                    # in-sync replica when a leader's broker dies.
+                    self.failover(p, "leader shard died (Ray is restarting it)", exclude=a.leader)
+                    continue
                 t = ShardTrack(a.leader, self.now, o.actor_id)  # Ray is restarting it: a new start
             if o.answer is not None:
                 t = replace(t, first_answer_ms=t.first_answer_ms or self.now, last_answer_ms=self.now,
@@ -354,10 +361,14 @@ class _Round:
                     and self.now - t.unanswered_ms >= self.s.shard_silence_ms // 2:
                 self.unhealthy(p, t, f"leader shard silent for {self.now - t.last_answer_ms} ms")
 
+    def in_sync_elsewhere(self, p: int) -> bool:
+        """Another in-sync replica of ``p`` is on a live node (not one just restarted): a failover can go there."""
+        a = self.parts[p]
+        return any(n != a.leader and n in self.alive() - self.restarted for n in a.isr)
+
     def unhealthy(self, p: int, t: ShardTrack, reason: str) -> None:
         a = self.parts[p]
-        others = [n for n in a.isr if n != a.leader and n in self.alive() - self.restarted]
-        if others:
+        if self.in_sync_elsewhere(p):
             self.failover(p, reason, exclude=a.leader)
         elif self.now - t.since_ms >= self.s.shard_silence_ms:  # at most one restart in place per silence
             self.start(p, a.leader, f"{reason}; restarted in place (no other in-sync replica)")

@@ -97,6 +97,43 @@ def test_a_shard_restarted_by_ray_before_its_first_answer_starts_its_timers_anew
     assert not [e for e in w.events if e["event"] == "failover"]
 
 
+def _crash_shard(w: World, p: int) -> None:
+    """The process of ``p``'s shard dies; Ray restarts it, and gets it a process only much later."""
+    w.shards[p].alive_at_ms = w.now + 10**9
+    w.shards[p].state = "INITIAL"
+
+
+def test_a_leader_shard_that_dies_after_serving_fails_over_at_once_to_an_in_sync_replica():
+    w = up(World())
+    p = 1
+    old = w.state(p)
+    _crash_shard(w, p)
+    w.run_until(lambda: w.state(p).leader != old.leader, limit_ms=400)  # within the next round or two
+    new = w.state(p)
+    assert new.leader in old.isr and new.leader_epoch == old.leader_epoch + 1
+    assert [e["reason"] for e in w.events if e["event"] == "failover"] == ["leader shard died (Ray is restarting it)"]
+    w.run_until(w.serving)
+    assert w.shards[p].node == new.leader  # the restarting actor replaced on the new leader's node
+
+
+def test_a_leader_shard_that_dies_alone_in_its_isr_is_left_to_ray_to_restart():
+    w = up(World())
+    p = 1
+    old = w.state(p)
+    for n in old.isr:
+        if n != old.leader:
+            w.kill(n)
+    w.run_until(lambda: w.state(p).isr == (old.leader,))
+    epoch = w.state(p).leader_epoch
+    _crash_shard(w, p)
+    w.run(5_000)
+    assert w.state(p).leader == old.leader and w.state(p).leader_epoch == epoch  # no failover, no restart of ours
+    assert not [e for e in w.events if e.get("reason") == "leader shard died (Ray is restarting it)"]
+    w.shards[p].alive_at_ms = w.now  # Ray's restart gets its process: the same leader serves again
+    w.run_until(lambda: w.shards[p].state == "ACTIVE", limit_ms=2_000)
+    assert w.state(p).leader == old.leader
+
+
 def test_a_shard_whose_process_runs_but_never_answers_is_replaced_after_the_start_timeout_from_then():
     w = World(start_delay_ms=30_000, shard_start_timeout_ms=20_000)
     w.paused.add("node-0")  # its processes run (ALIVE) and never answer
