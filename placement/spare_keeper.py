@@ -11,6 +11,7 @@ lock is released, and the background task leaves such spares alone).
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 from raygroups.placement.spares import adoption_order, free_spares, needs_spare_for_all, standby_spares_plan
@@ -24,6 +25,11 @@ class SpareKeeper:
     def __init__(self, actors: Any) -> None:
         self._actors = actors
         self._lock = threading.Lock()
+        # Per partition, how long its last replacement took, step by step (the controller's shard-started
+        # event carries it): waiting for the lock, killing the old actor and listing spares, adoption, and
+        # a new shard actor's start when no spare adopted it.
+        self.took: dict[int, dict[str, float]] = {}
+        self._wanting: set[str] = set()  # nodes whose spare for every partition was taken, not yet replaced
 
     @property
     def per_partition(self) -> bool:
@@ -31,11 +37,16 @@ class SpareKeeper:
 
     def replace_shard(self, partition: int, node: str, scheduling: dict[str, Any], timeout_s: float = 10.0):
         """Kill whatever actor serves the partition, then serve it on ``node``: by the first spare in
-        :func:`adoption_order` that is running and adopts it, else by a new shard actor; and see that
-        ``node`` has a spare for every partition for the next time (without spares per partition)."""
+        :func:`adoption_order` that is running and adopts it, else by a new shard actor; and note whether
+        ``node`` needs a new spare for every partition for the next time (without spares per partition),
+        which ``replenish`` starts."""
+        asked = time.monotonic()
         with self._lock:
+            took = {"lock_s": time.monotonic() - asked}
+            step = time.monotonic()
             self._actors.kill_shard(partition)
             free = free_spares(self._actors.list_spares(node))
+            took["kill_and_list_s"], step = time.monotonic() - step, time.monotonic()
             used: set[str] = set()
             handle = None
             for name in adoption_order(partition, free):
@@ -44,11 +55,25 @@ class SpareKeeper:
                     used.add(name)  # adopted, gone, or given up on (killed)
                 if handle is not None:
                     break
+            took["adopt_s"], step = time.monotonic() - step, time.monotonic()
             if handle is None:
                 handle = self._actors.start_shard(partition, node, scheduling, timeout_s)
+                took["new_shard_s"], step = time.monotonic() - step, time.monotonic()
             if needs_spare_for_all(self.per_partition, free, used):
-                self._actors.create_spare(node, scheduling)  # the node's last spare was taken: the next one
+                self._wanting.add(node)  # the node's last spare was taken: ``replenish`` starts the next one
+            self.took[partition] = {k: round(v, 3) for k, v in took.items()}
             return handle
+
+    def replenish(self, node: str, scheduling: dict[str, Any]) -> bool:
+        """Start the spare for every partition that ``replace_shard`` left ``node`` without (True if it
+        did): after the failover's shard is started, since creating an actor may take a second on a loaded
+        machine and nothing of the failover needs it."""
+        with self._lock:
+            if node not in self._wanting:
+                return False
+            self._wanting.discard(node)
+            self._actors.create_spare(node, scheduling)
+            return True
 
     def ensure_spare(self, node: str, scheduling: dict[str, Any]) -> bool:
         """See that ``node`` has a spare for every partition (running or starting), so that the first

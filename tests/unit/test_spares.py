@@ -132,15 +132,19 @@ def test_a_starting_or_refusing_spare_is_passed_over_for_the_next_then_a_new_pro
     seam = Seam()
     seam.spares = {"p2": Spare("p2", 2), "all-a": Spare("all-a", None), "all-b": Spare("all-b", None)}
     seam.starting, seam.refuses = {"p2"}, {"all-a"}
-    assert SpareKeeper(seam).replace_shard(2, "n", {}) == "all-b"
-    assert seam.actions == [("killed shard", 2), ("gave up on", "all-a"), ("adopted", 2, "all-b"), ("new spare", None)]
+    keeper = SpareKeeper(seam)
+    assert keeper.replace_shard(2, "n", {}) == "all-b"
+    assert seam.actions == [("killed shard", 2), ("gave up on", "all-a"), ("adopted", 2, "all-b")]
+    # The node's next spare for every partition comes after, off the failover's path, and once.
+    assert keeper.replenish("n", {}) is True and keeper.replenish("n", {}) is False
+    assert seam.actions[-1] == ("new spare", None)
     seam.actions.clear()
     seam.starting.add("n-new1")  # the spare for all started behind it is still starting: a new process
-    assert SpareKeeper(seam).replace_shard(4, "n", {}) == "shard-4"
+    assert keeper.replace_shard(4, "n", {}) == "shard-4" and keeper.replenish("n", {}) is False
     assert seam.actions == [("killed shard", 4), ("started shard", 4, "n")]  # and n-new1 stays the next spare
     seam.actions.clear()
     del seam.spares["n-new1"]  # gone: only p2 (another partition's) is left
-    assert SpareKeeper(seam).replace_shard(4, "n", {}) == "shard-4"
+    assert keeper.replace_shard(4, "n", {}) == "shard-4" and keeper.replenish("n", {}) is True
     assert seam.actions == [("killed shard", 4), ("started shard", 4, "n"), ("new spare", None)]
 
 
@@ -180,6 +184,7 @@ def test_choosing_among_a_nodes_spares_lists_decides_and_acts_under_one_lock():
     for method in ("list_spares", "adopt", "kill_shard", "create_spare", "kill_spare"):
         setattr(seam, method, under_lock(method, getattr(seam, method)))
     keeper.replace_shard(2, "n", {})
+    keeper.replenish("n", {})
     keeper.ensure_standby_spares("n", {1}, {})
     assert {name for name, _ in held} == {"list_spares", "adopt", "kill_shard", "create_spare", "kill_spare"}
     assert all(locked for _, locked in held)
