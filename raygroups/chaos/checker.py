@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from raygroups.chaos import membership_checks
-from raygroups.chaos.history import History, HistoryError, Operation
+from raygroups.chaos.history import History, HistoryError, Operation, is_injection
 from raygroups.coordinator.checks import is_int
 
 INVARIANTS = ("lost-acked-commit", "offset-went-backwards", "deleted-group-came-back", "resume-below-committed",
@@ -104,7 +104,7 @@ class _GroupState:
 
 
 def check(history: History) -> CheckResult:
-    result = CheckResult(operations=history.counts(), faults=sum(1 for ev in history.faults if ev.f != "heal"))
+    result = CheckResult(operations=history.counts(), faults=sum(1 for ev in history.faults if is_injection(ev)))
     _offsets(history, result)
 
     def violation(invariant: str, key: Key, message: str, operations: list[Operation]) -> None:

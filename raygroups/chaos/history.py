@@ -95,6 +95,12 @@ def parse_event(text: str, line: int) -> Event:
     return Event(line, float(t), obj["process"], obj["type"], obj["f"], obj["value"])
 
 
+def is_injection(ev: Event) -> bool:
+    """A nemesis event that starts a fault: not a ``heal``, nor a later step of a fault already counted (a
+    leader flap's second and third kills carry ``continues``)."""
+    return ev.f != "heal" and not ev.value.get("continues")
+
+
 @dataclass
 class History:
     """What ``read_history`` returns: every event in order, the client operations, the faults."""

@@ -127,7 +127,7 @@ class Nemesis:
 
     def _record(self, name: str, target: dict) -> float:
         with self._lock:  # two lanes inject at once
-            self.injected += 1
+            self.injected += 0 if target.get("continues") else 1
         t = self._now()
         self.events.add("info", name, target)
         return t
@@ -146,10 +146,10 @@ class Nemesis:
         ips = {n["NodeID"]: n.get("NodeManagerAddress") for n in ray.nodes()}
         return node_id is None or ips.get(node_id) == self._local_ip
 
-    def _signal_shard(self, partition: int, sig: int, name: str) -> tuple[dict, float]:
+    def _signal_shard(self, partition: int, sig: int, name: str, extra: dict | None = None) -> tuple[dict, float]:
         status = self._status(partition)
         target = {"partition": partition, "pid": status["pid"], "node": status.get("node"),
-                  "leader_epoch": status.get("leader_epoch")}
+                  "leader_epoch": status.get("leader_epoch"), **(extra or {})}
         if self._is_local(status):
             with Process(status["pid"]) as process:  # the process of that status, even if it dies meanwhile
                 t = self._record(name, target)
@@ -213,8 +213,9 @@ class Nemesis:
                     b["election_s"] = round(max(0.0, elected - detected), 3)
 
     # --- shard faults ------------------------------------------------------------------------------
-    def _shard_kill(self, fault: PlannedFault, group: str, partition: int, name: str = "shard-kill") -> None:
-        status, t = self._signal_shard(partition, signal.SIGKILL, name)
+    def _shard_kill(self, fault: PlannedFault, group: str, partition: int, name: str = "shard-kill",
+                    extra: dict | None = None) -> None:
+        status, t = self._signal_shard(partition, signal.SIGKILL, name, extra)
         self._disrupted(name, t, [partition], {partition: status})
 
     def _shard_stop(self, fault: PlannedFault, group: str, partition: int) -> None:
@@ -222,8 +223,9 @@ class Nemesis:
         self._disrupted("shard-stop", t, [partition], {partition: status})
 
     def _leader_flap(self, fault: PlannedFault, group: str, partition: int) -> None:
-        for _ in range(3):
-            self._shard_kill(fault, group, partition, "leader-flap")
+        """One fault of three kills (each a failover of its own): the later two ``continue`` it."""
+        for kill in range(3):
+            self._shard_kill(fault, group, partition, "leader-flap", {"continues": True} if kill else None)
 
     def _leader_pause(self, fault: PlannedFault, group: str, partition: int) -> None:
         status = self._status(partition)

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from raygroups.chaos.checker import CheckResult
-from raygroups.chaos.history import History, Operation
+from raygroups.chaos.history import History, Operation, is_injection
 from raygroups.chaos.membership_checks import rebalances
 from raygroups.chaos.workload import AVAILABILITY_PROCESS
 from raygroups.coordinator.partitioning import partition_for
@@ -200,7 +200,8 @@ def build_report(history: History, result: CheckResult, nemesis: Any, options: A
         "violations": [v.to_dict() for v in result.violations],
         "invariants": result.to_dict()["invariants"],
         "operations": {**result.operations, "by_operation": {f: dict(c) for f, c in sorted(by_f.items())}},
-        "faults": dict(Counter(ev.f for ev in history.faults if ev.f != "heal")),
+        "faults": dict(Counter(ev.f for ev in history.faults if is_injection(ev))),
+        "faults_planned": info.pop("faults_planned", None),
         "faults_skipped": dict(nemesis.skipped),
         "nemesis_errors": list(getattr(nemesis, "errors", [])),
         "failover": _failover_summary([r for r in rows if r["fault"] not in RECOVERY_FAULTS]),

@@ -32,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -499,6 +500,7 @@ def run(options: RunOptions, faults: list[str], view: Any) -> RunResult:
         report = build_report(history, result, nemesis, options, faults_started - t0,
                               {"replicated": cluster.replicated, "coordinator_partitions": cluster.num_partitions,
                                "group_partitions": {g: workload.partition_of(g) for g in workload.groups},
+                               "faults_planned": dict(Counter(f.name for f in plan)),
                                "group_protocols": workload.protocols})
         report["options"] = {**asdict(options), "faults": faults}
         report["baseline"] = {"noop_actor_call_ms": baseline}

@@ -159,3 +159,18 @@ def test_retry_backoff_is_jittered_within_kip_580s_bounds_and_capped():
     assert min(waits) >= 0.04 * (1 - BACKOFF_JITTER) and max(waits) <= 0.04 * (1 + BACKOFF_JITTER)
     assert len(set(waits)) > 400  # no two clients retry in lockstep
     assert max(jittered(_BACKOFF_MAX_S, rng) for _ in range(100)) == _BACKOFF_MAX_S  # never above the cap
+
+
+def test_a_leader_flap_is_one_fault_of_three_failovers_and_the_plan_is_reported():
+    t = Timeline()
+    for i, at in enumerate((10.0, 14.0, 18.0)):
+        t.fault(at, "leader-flap", partition=1, **({"continues": True} if i else {}))
+        t.probe_commit(at + 1, at + 1.1, offset=i + 1)
+    history = t.history()
+    nemesis = SimpleNamespace(skipped={}, errors=[], disruptions=[
+        Disruption("leader-flap", at, [1], breakdown={1: {"served_from": at + 0.5}}) for at in (10.0, 14.0, 18.0)])
+    report = build_report(history, check(history), nemesis, SimpleNamespace(), 5.0,
+                          {"coordinator_partitions": PARTITIONS, "faults_planned": {"leader-flap": 2}})
+    assert report["faults_injected"] == 1 and report["faults"] == {"leader-flap": 1}
+    assert report["faults_planned"] == {"leader-flap": 2}  # the second was not reached
+    assert report["failover"]["by_fault"]["leader-flap"]["total_s"]["count"] == 3
