@@ -32,7 +32,7 @@ from raygroups.coordinator.messages import check_int, check_type
 from raygroups.coordinator.records import Record
 from raygroups.coordinator.runtime import CoordinatorRuntime, PartitionContext, PartitionState
 from raygroups.coordinator.state import DurableState
-from raygroups.offsets_log.batch import records_below
+from raygroups.offsets_log.batch import Batch
 from raygroups.offsets_log.leader import append_as_leader
 from raygroups.offsets_log.loader import LoadSummary, replay
 from raygroups.offsets_log.log import locked
@@ -211,8 +211,12 @@ class InProcessCoordinator(GroupApi):
     # ------------------------------------------------------------------------------------------
     # Introspection and test hooks (the places Kafka's own tests reach into)
     # ------------------------------------------------------------------------------------------
-    @locked
     def log_records(self, partition: int) -> list[Record]:
+        return [rec for batch in self.log_batches(partition) for rec in batch.records]
+
+    @locked
+    def log_batches(self, partition: int) -> list[Batch]:
+        """The partition's log as written, batch by batch (an unloaded partition's from its directory)."""
         check_int("partition", partition, 0, self.num_partitions - 1)
         ctx = self._runtime.contexts[partition]
         log = ctx.log
@@ -230,7 +234,7 @@ class InProcessCoordinator(GroupApi):
                     return []
                 log, close = open_log(path), True
         try:
-            return records_below(log)
+            return list(log.batches(0))
         finally:
             if close:
                 log.close()
