@@ -26,6 +26,7 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 COORDINATOR_LABEL = ("raygroups.io/role", "coordinator")
 HEALTH_CHECKS = {
+    "RAY_health_check_initial_delay_ms": "1000",
     "RAY_health_check_period_ms": "200",
     "RAY_health_check_failure_threshold": "3",
     "RAY_health_check_timeout_ms": "1000",
