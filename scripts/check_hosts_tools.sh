@@ -13,6 +13,21 @@ if [ "$(id -u)" != "0" ]; then
   echo "raygroups: the test-host tests need root and$need; they will be skipped." >&2
   exit 0
 fi
-echo "raygroups: installing openssh-server, openssh-client, rsync, iproute2 for the test hosts ($need missing)" >&2
+echo "raygroups: the test-host tests need$need: installing Debian's openssh-server, openssh-client, rsync and" \
+  "iproute2 now. No service is started or enabled on this machine: the tests run their own sshd inside" \
+  "network namespaces, and stop it after." >&2
 export DEBIAN_FRONTEND=noninteractive
+# Debian's maintainer scripts start and enable sshd on install; policy-rc.d (exit 101) forbids that.
+policy=/usr/sbin/policy-rc.d
+ours=""
+if [ ! -e "$policy" ]; then
+  printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod +x "$policy" && ours=1
+fi
 apt-get update -qq >/dev/null && apt-get install -y -qq openssh-server openssh-client rsync iproute2 >/dev/null
+status=$?
+[ -n "$ours" ] && rm -f "$policy"
+# An sshd this script installed is neither running nor enabled afterwards (one that was there is untouched).
+case "$need" in
+  *sshd*) command -v systemctl >/dev/null 2>&1 && systemctl disable --now ssh.service ssh.socket >/dev/null 2>&1 ;;
+esac
+exit $status

@@ -277,3 +277,15 @@ def test_the_gcs_is_kept_on_the_heads_disk_and_every_raylet_waits_for_it(raw):
     head = raw["head_start_ray_commands"]
     wipe = head.index("rm -rf ~/raygroups-gcs")
     assert wipe < next(i for i, c in enumerate(head) if "ray start --head" in c)
+
+
+def test_no_unlimited_core_dumps_and_no_install_from_a_stale_package_list(raw):
+    """A crashing process must not fill the disk that holds the offsets logs with a core dump; an
+    ``apt-get install`` runs after ``apt-get update`` in the same command (a new image's lists are empty)."""
+    text = CLUSTER_YAML.read_text()
+    assert "ulimit -c unlimited" not in text
+    commands = [c for key in ("setup_commands", "head_setup_commands", "worker_setup_commands",
+                              "head_start_ray_commands", "worker_start_ray_commands") for c in raw.get(key) or []]
+    installs = [c for c in commands if "apt-get install" in c]
+    assert installs and all(c.index("apt-get update") < c.index("apt-get install") for c in installs if "apt-get update" in c)
+    assert all("apt-get update" in c for c in installs)
