@@ -22,8 +22,8 @@ from typing import Any
 from raygroups.coordinator.errors import Errors
 from raygroups.coordinator.requests import REQUESTS
 
-# Milliseconds: from a single fsync on a quiet disk to a stalled replicated append.
-APPEND_LATENCY_BOUNDARIES_MS = [0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000]
+# Seconds (Prometheus' base unit): from a single fsync on a quiet disk to a stalled replicated append.
+APPEND_LATENCY_BOUNDARIES_S = [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10]
 METRICS_INTERVAL_S = 5.0
 
 def ray_metrics():
@@ -61,17 +61,17 @@ class ShardMetrics:
             g.set_default_tags(tags)
             return g
 
-        self.requests = counter("raygroups_requests", "Requests answered by a coordinator shard, by API and error.",
+        self.requests = counter("raygroups_requests_total", "Requests answered by a coordinator shard, by API and error.",
                                 ("api", "error"))
-        self.offset_commits = counter("raygroups_offset_commits", "Partition offsets committed (acknowledged).")
-        self.heartbeats = counter("raygroups_heartbeats", "Heartbeats answered.")
-        self.joins = counter("raygroups_joins", "JoinGroup requests answered.")
-        self.rebalances = counter("raygroups_rebalances", "Rebalances completed (a group reached a new generation).")
-        self.appended_records = counter("raygroups_appended_records", "Records made durable in the offsets log.")
-        self.append_failures = counter("raygroups_append_failures", "Batches whose append or replication failed.")
-        self.append_latency = m.Histogram("raygroups_append_latency_ms",
-                                          "Append (and replication, acks=all) latency of one batch, ms.",
-                                          boundaries=APPEND_LATENCY_BOUNDARIES_MS, tag_keys=keys)
+        self.offset_commits = counter("raygroups_offset_commits_total", "Partition offsets committed (acknowledged).")
+        self.heartbeats = counter("raygroups_heartbeats_total", "Heartbeats answered.")
+        self.joins = counter("raygroups_joins_total", "JoinGroup requests answered.")
+        self.rebalances = counter("raygroups_rebalances_total", "Rebalances completed (a group reached a new generation).")
+        self.appended_records = counter("raygroups_appended_records_total", "Records made durable in the offsets log.")
+        self.append_failures = counter("raygroups_append_failures_total", "Batches whose append or replication failed.")
+        self.append_latency = m.Histogram("raygroups_append_latency_seconds",
+                                          "Append (and replication, acks=all) latency of one batch, in seconds.",
+                                          boundaries=APPEND_LATENCY_BOUNDARIES_S, tag_keys=keys)
         self.append_latency.set_default_tags(tags)
         self.load_seconds = gauge("raygroups_load_seconds", "Seconds the last load (log replay) took.")
         self.load_records = gauge("raygroups_load_records", "Records replayed by the last load.")
@@ -118,7 +118,7 @@ class ShardMetrics:
             return
         if ok:
             self.appended_records.inc(records)
-            self.append_latency.observe(seconds * 1000)
+            self.append_latency.observe(seconds)
         else:
             self.append_failures.inc()
 

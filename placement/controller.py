@@ -252,7 +252,7 @@ class Controller:
                 self._meta = dataclasses.replace(before, partitions=self._meta.partitions, held=self._meta.held,
                                                  marked=self._meta.marked, leases=self._meta.leases,
                                                  unclaimed=self._meta.unclaimed)
-            self._metrics.refresh(self._meta.partitions, self.settings.replication_factor)
+            self._metrics.refresh(self._meta.partitions, self.settings.replication_factor, self._shard_states())
         # Shards are started (a spare adopting, or a new process) after the lock: a new leader asking for
         # its epoch (``leader_started``) does not wait for the other partitions' shards to start.
         await self._start_and_stop_shards(decision, failed, decided)
@@ -493,7 +493,7 @@ class Controller:
         self._meta = self._meta.with_partition(p, a, c.holders & persisted, c.elected)
         await self._save()
         self._metrics.on_commit(p, current, a)
-        self._metrics.refresh(self._meta.partitions, self.settings.replication_factor)
+        self._metrics.refresh(self._meta.partitions, self.settings.replication_factor, self._shard_states())
         return True
 
     async def _persist(self, partition: int, a: PartitionAssignment, nodes: list[str],
@@ -544,6 +544,21 @@ class Controller:
                                                              scheduling_for(node, action.node))
         except Exception as e:  # noqa: BLE001 - the next round sees no shard and starts it again
             log.warning("could not start the shard of partition %d on %s: %s", action.partition, action.node, e)
+
+    def _shard_states(self) -> dict[int, str]:
+        """Each leader shard's state as last probed, for the offline gauge (``placement.metrics.is_offline``):
+        its answer; ``INITIAL`` while Ray starts it (or before a first probe); ``DEAD`` or ``UNANSWERED``."""
+        shards = self._obs.shards if self._obs is not None else {}
+        out = {}
+        for p in self._meta.partitions:
+            o = shards.get(p)
+            if o is None or o.actor_state in STARTING:
+                out[p] = "INITIAL"
+            elif o.answer is not None:
+                out[p] = o.answer
+            else:
+                out[p] = "UNANSWERED" if o.actor_state == "ALIVE" else "DEAD"
+        return out
 
     def _alive(self) -> set[str]:
         if self._obs is None:

@@ -22,7 +22,7 @@ from raygroups import sources
 from raygroups.coordinator.consumer_protocol import SchemaError, decode_assignment
 from raygroups.coordinator.errors import Errors
 from raygroups.coordinator.group import GroupState
-from raygroups.placement.metrics import is_under_replicated
+from raygroups.placement.metrics import is_offline, is_under_replicated
 from raygroups.sources import Source
 
 GROUP_STATES = tuple(s.value for s in GroupState)
@@ -287,8 +287,7 @@ def status(cluster: Any) -> dict:
                 m.get("leader_epoch")
         else:
             replicas, isr, leader, epoch = ["local"], ["local"], "local", shard.get("leader_epoch")
-        # A shard being started or loading is on its way (Kafka counts a partition with a leader as online).
-        offline = leader is None or shard["state"] not in ("ACTIVE", "LOADING", "INITIAL")
+        offline = is_offline(leader, shard["state"])
         partitions.append({"partition": p, "leader": leader, "leader_epoch": epoch, "replicas": replicas,
                            "isr": isr, "offline": offline,
                            "under_replicated": cluster.replicated and is_under_replicated(

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from log_testlib import consumer_histories, consumer_group_lifecycle, histories, make_batches, narrow_histories
+from log_testlib import (
+    consumer_group_lifecycle,
+    consumer_histories,
+    histories,
+    make_batches,
+    narrow_histories,
+)
 
 from tests.unit.compaction_variants import check_every_variant, interleaved_variants, replay
 

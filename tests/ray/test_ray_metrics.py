@@ -48,7 +48,7 @@ def test_shard_metrics_reach_the_prometheus_endpoint(cluster):
     assert sum(_series("ray_raygroups_requests_total", namespace=ns, partition=p, api="OffsetCommit",
                        error="UNKNOWN_TOPIC_OR_PARTITION")) == 0  # per-partition errors: the request succeeded
     assert sum(_series("ray_raygroups_requests_total", namespace=ns, partition=p, api="JoinGroup", error="MEMBER_ID_REQUIRED")) == 1
-    assert sum(_series("ray_raygroups_append_latency_ms_count", namespace=ns, partition=p)) >= 6
+    assert sum(_series("ray_raygroups_append_latency_seconds_count", namespace=ns, partition=p)) >= 6
     assert sum(_series("ray_raygroups_appended_records_total", namespace=ns, partition=p)) >= 6
     assert _series("ray_raygroups_shard_active", namespace=ns, partition=p, node="local") == [1.0]
     assert len(_series("ray_raygroups_load_seconds", namespace=ns, partition=p)) == 1

@@ -289,3 +289,9 @@ def test_no_unlimited_core_dumps_and_no_install_from_a_stale_package_list(raw):
     installs = [c for c in commands if "apt-get install" in c]
     assert installs and all(c.index("apt-get update") < c.index("apt-get install") for c in installs if "apt-get update" in c)
     assert all("apt-get update" in c for c in installs)
+
+
+@pytest.mark.parametrize("commands", ["head_start_ray_commands", "worker_start_ray_commands"])
+def test_every_node_exports_counters_once(raw, commands):
+    env, _, _ = ray_start(raw[commands])
+    assert env.get("RAY_EXPORT_COUNTER_AS_GAUGE") == "0"

@@ -15,7 +15,9 @@ from raygroups.placement.metrics import ControllerMetrics
 from raygroups import Errors
 
 ROOT = Path(__file__).resolve().parents[2]
-SUFFIXES = {"Counter": ("_total",), "Gauge": ("",), "Histogram": ("_bucket", "_count", "_sum")}
+# Counters are named with Prometheus' ``_total`` already: Ray then exports them once, as counters (a name
+# without it is also exported as a gauge of the same name, Ray's duplicate for old dashboards).
+SUFFIXES = {"Counter": ("",), "Gauge": ("",), "Histogram": ("_bucket", "_count", "_sum")}
 
 
 def _defined() -> dict[str, str]:
@@ -40,8 +42,19 @@ def test_the_dashboard_queries_exactly_the_exported_series():
     queried = {m for panel in dashboard["panels"] for t in panel["targets"]
                for m in re.findall(r"\bray_raygroups_[a-z_]+", t["expr"])}
     assert queried <= exported, queried - exported
-    assert {re.sub(r"_(total|bucket|count|sum)$", "", q)[len("ray_"):] for q in queried} >= set(defined)
+    assert {re.sub(r"_(bucket|count|sum)$", "", q)[len("ray_"):] for q in queried} >= set(defined)
     assert len(defined) >= 18
+    # Prometheus' naming: counters end in _total, and units are base units (seconds, bytes), spelled out.
+    assert all(name.endswith("_total") for name, kind in defined.items() if kind == "Counter")
+    assert not [name for name in defined if re.search(r"_(ms|millis|milliseconds|kb|mb)(_|$)", name)]
+
+
+def test_offline_has_one_definition_for_status_and_the_gauge():
+    from raygroups.placement.metrics import is_offline
+
+    assert is_offline(None, "ACTIVE")  # no leader
+    assert all(is_offline("node-1", s) for s in ("FAILED", "STOPPED", "UNANSWERED", "DEAD", None))
+    assert not any(is_offline("node-1", s) for s in ("ACTIVE", "LOADING", "INITIAL"))  # serving or on its way
 
 
 def test_recorders_are_no_ops_outside_ray(monkeypatch):
