@@ -443,13 +443,16 @@ class Controller:
         return failed
 
     async def _start_and_stop_shards(self, decision: Decision, failed: set[int], decided: float) -> None:
-        """The decision's shard starts and stops, but none of a partition whose commit failed."""
+        """The decision's shard starts and stops, but none of a partition whose commit failed. The starts of
+        several partitions (a lost node's) run at once: each waits for its own only."""
+        starts = []
         for action in decision.actions:
             if isinstance(action, StartShard) and action.partition not in failed:
-                await self._start_shard(action, decided)
+                starts.append(self._start_shard(action, decided))
             elif isinstance(action, StopShard) and action.partition not in failed:
                 self._actors.kill_shard(action.partition)
                 self._event({"event": "shard-stopped", "partition": action.partition, "reason": action.reason})
+        await asyncio.gather(*starts)
 
     async def _mark_layout(self, nodes: tuple[str, ...]) -> None:
         async def one(node: str) -> str | None:

@@ -56,13 +56,15 @@ class SpareKeeper:
                 if handle is not None:
                     break
             took["adopt_s"], step = time.monotonic() - step, time.monotonic()
-            if handle is None:
-                handle = self._actors.start_shard(partition, node, scheduling, timeout_s)
-                took["new_shard_s"], step = time.monotonic() - step, time.monotonic()
             if needs_spare_for_all(self.per_partition, free, used):
                 self._wanting.add(node)  # the node's last spare was taken: ``replenish`` starts the next one
-            self.took[partition] = {k: round(v, 3) for k, v in took.items()}
-            return handle
+        if handle is None:
+            # No spare took it: a new process, started outside the lock, so that the other partitions of a
+            # lost node adopt their spares meanwhile rather than after this start (a second or more).
+            handle = self._actors.start_shard(partition, node, scheduling, timeout_s)
+            took["new_shard_s"] = time.monotonic() - step
+        self.took[partition] = {k: round(v, 3) for k, v in took.items()}
+        return handle
 
     def replenish(self, node: str, scheduling: dict[str, Any]) -> bool:
         """Start the spare for every partition that ``replace_shard`` left ``node`` without (True if it

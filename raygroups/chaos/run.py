@@ -76,7 +76,7 @@ class RunOptions:
     rebalance_timeout_ms: int = 10_000
     probes: int = 2
     # Each coordinator partition's availability probe commits this often (the report's availability).
-    availability_interval_s: float = 0.2
+    availability_interval_s: float = 0.5
     # Kafka's group.protocol of the groups: "classic", "consumer" (KIP-848) or "mixed" (every other group
     # speaks the consumer protocol, the first classic).
     group_protocol: str = "mixed"

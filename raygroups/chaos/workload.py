@@ -302,7 +302,7 @@ class AvailabilityProbe(threading.Thread):
     acknowledged probe commit to its invariants too."""
 
     def __init__(self, client: Any, partition: int, num_partitions: int, t0: float, stop: threading.Event,
-                 interval_s: float = 0.2, timeout_s: float = 2.0) -> None:
+                 interval_s: float = 0.5, timeout_s: float = 2.0) -> None:
         super().__init__(name=f"{AVAILABILITY_PROCESS}{partition}", daemon=True)
         self.client = client
         self.group = availability_group(partition, num_partitions)
