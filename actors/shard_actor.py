@@ -51,12 +51,14 @@ class CoordinatorShard:
         replicated: bool = False,
         node: str | None = None,
         standby_for: int | None = None,
+        cold: bool = False,
     ) -> None:
         """``partition=None``: a warm spare (``actors.spare``) of a replicated deployment's node, serving
         nothing until the controller hands it a partition (``adopt``), or the partition it adopted before
-        Ray restarted it. ``standby_for``: the one partition its hot standby keeps replayed."""
+        Ray restarted it. ``standby_for``: the one partition its hot standby keeps replayed; ``cold``: it
+        keeps no standby (a process ready to load any partition)."""
         self._shard_args = (num_partitions, config, data_dir, leader_epoch, topics, directory, replicated, node)
-        self._spare = Spare(config, directory, replicated, node, standby_for)
+        self._spare = Spare(config, directory, replicated, node, standby_for, cold)
         self.partition: int | None = None
         self.config: CoordinatorConfig | None = None
         self._served: ServedPartition | None = None

@@ -31,13 +31,13 @@ class Spare:
     """The spare side of a shard actor: its binding and its standby (None when it keeps none)."""
 
     def __init__(self, config: dict, directory: Any, replicated: bool, node: str | None,
-                 standby_for: int | None) -> None:
+                 standby_for: int | None, cold: bool = False) -> None:
         self.directory = directory
         self.node = node
         self.standby_for = standby_for  # the one partition the standby reads (None: all followed)
         self.standby: Standby | None = None
         self._log_server = None  # the node's LogServer, for the standby's reads
-        self._wants_standby = (replicated and directory is not None and node is not None
+        self._wants_standby = (replicated and directory is not None and node is not None and not cold
                                and self.stands_by(config, standby_for))
 
     @staticmethod

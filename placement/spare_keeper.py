@@ -14,7 +14,13 @@ import threading
 import time
 from typing import Any
 
-from raygroups.placement.spares import adoption_order, free_spares, needs_spare_for_all, standby_spares_plan
+from raygroups.placement.spares import (
+    adoption_order,
+    free_spares,
+    needs_cold_spare,
+    needs_spare_for_all,
+    standby_spares_plan,
+)
 
 
 class SpareKeeper:
@@ -29,7 +35,7 @@ class SpareKeeper:
         # event carries it): waiting for the lock, killing the old actor and listing spares, adoption, and
         # a new shard actor's start when no spare adopted it.
         self.took: dict[int, dict[str, float]] = {}
-        self._wanting: set[str] = set()  # nodes whose spare for every partition was taken, not yet replaced
+        self._wanting: set[tuple[str, bool]] = set()  # (node, cold): spares taken, not yet replaced
 
     @property
     def per_partition(self) -> bool:
@@ -57,7 +63,9 @@ class SpareKeeper:
                     break
             took["adopt_s"], step = time.monotonic() - step, time.monotonic()
             if needs_spare_for_all(self.per_partition, free, used):
-                self._wanting.add(node)  # the node's last spare was taken: ``replenish`` starts the next one
+                self._wanting.add((node, False))  # the node's spare for all was taken: ``replenish`` starts one
+            if needs_cold_spare(free, used):
+                self._wanting.add((node, True))  # and its cold one
         if handle is None:
             # No spare took it: a new process, started outside the lock, so that the other partitions of a
             # lost node adopt their spares meanwhile rather than after this start (a second or more).
@@ -71,23 +79,26 @@ class SpareKeeper:
         did): after the failover's shard is started, since creating an actor may take a second on a loaded
         machine and nothing of the failover needs it."""
         with self._lock:
-            if node not in self._wanting:
-                return False
-            self._wanting.discard(node)
-            self._actors.create_spare(node, scheduling)
-            return True
+            wanted = sorted(cold for n, cold in self._wanting if n == node)
+            for cold in wanted:
+                self._wanting.discard((node, cold))
+                self._actors.create_spare(node, scheduling, cold=cold)
+            return bool(wanted)
 
     def ensure_spare(self, node: str, scheduling: dict[str, Any]) -> bool:
-        """See that ``node`` has a spare for every partition (running or starting), so that the first
-        partition it ever leads is adopted rather than started; True if one was started now. With spares
-        per partition those are the spares: nothing to do here."""
-        if self.per_partition:
-            return False
+        """See that ``node`` has a spare for every partition (without spares per partition: those are the
+        spares then) and a cold spare, running or starting, so that the first partitions it ever leads are
+        adopted rather than started; True if one was started now."""
         with self._lock:
-            if not needs_spare_for_all(False, free_spares(self._actors.list_spares(node))):
-                return False
-            self._actors.create_spare(node, scheduling)
-            return True
+            free = free_spares(self._actors.list_spares(node))
+            started = False
+            if needs_spare_for_all(self.per_partition, free):
+                self._actors.create_spare(node, scheduling)
+                started = True
+            if needs_cold_spare(free):
+                self._actors.create_spare(node, scheduling, cold=True)
+                started = True
+            return started
 
     def ensure_standby_spares(self, node: str, followed: set[int] | frozenset[int],
                               scheduling: dict[str, Any]) -> tuple[list[int], list[str]]:

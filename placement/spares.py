@@ -3,12 +3,14 @@ functions (``placement.spare_keeper`` performs them through the Ray seam, which 
 asks spares to adopt, and decides nothing).
 
 A spare is a shard process that serves no partition yet, so that a failover onto its node adopts rather
-than starts a process. By default a node keeps one spare for every partition it may come to lead; with
-``shard.standby.per.partition`` it keeps one spare per partition it follows, standing by for that
-partition only, and no spare for all.
+than starts a process. By default a node keeps one spare for every partition it may come to lead (with the
+hot standbys of every partition it follows); with ``shard.standby.per.partition`` it keeps one spare per
+partition it follows, standing by for that partition only, and no spare for all. Either way it keeps one
+cold spare too (no standby): a second partition moving onto the node loads on it instead of waiting for a
+new process.
 
-Guarantees: a failover adopts the partition's own spare first, then the node's spare for all, else a new
-process is started; a spare recorded as adopting a partition is never stopped; a spare still starting is
+Guarantees: a failover adopts the partition's own spare first, then the node's spare for all, then its
+cold spare, else a new process is started; a spare recorded as adopting a partition is never stopped; a spare still starting is
 never chosen (starting the shard costs no more than waiting for it). Not guaranteed: that a spare exists
 (one is started behind every adoption, and the controller's background task sees to the spares per
 partition, from the partitions it had performed when it launched it).
@@ -31,6 +33,7 @@ class Spare:
     standby_for: int | None  # the partition it stands by for; None: every partition the node follows
     bound: int | None = None  # the partition it was recorded as adopting (before or while it adopts)
     serving: bool = False  # it is recorded as the actor of a partition: no longer a spare
+    cold: bool = False  # it keeps no standby: a process ready to load any partition
 
 
 def free_spares(spares: list[Spare]) -> list[Spare]:
@@ -40,16 +43,26 @@ def free_spares(spares: list[Spare]) -> list[Spare]:
 
 def adoption_order(partition: int, free: list[Spare]) -> list[str]:
     """The spares that may adopt ``partition``, in the order to try them: the ones standing by for it,
-    then the ones for every partition (a spare standing by for another partition never does)."""
+    then the ones for every partition, then the cold ones (a spare standing by for another partition never
+    does)."""
     own = [s.name for s in free if s.standby_for == partition]
-    general = [s.name for s in free if s.standby_for is None]
-    return own + general
+    general = [s.name for s in free if s.standby_for is None and not s.cold]
+    cold = [s.name for s in free if s.cold]
+    return own + general + cold
 
 
 def needs_spare_for_all(per_partition: bool, free: list[Spare], used: set[str] = frozenset()) -> bool:
     """Whether the node needs a new spare for every partition: only without spares per partition, and when
     none of its free ones is left once those in ``used`` (adopted, or given up on) are taken out."""
-    return not per_partition and not any(s.standby_for is None and s.name not in used for s in free)
+    return not per_partition and not any(s.standby_for is None and not s.cold and s.name not in used for s in free)
+
+
+def needs_cold_spare(free: list[Spare], used: set[str] = frozenset()) -> bool:
+    """Whether the node needs a new cold spare: a process with no standby (so no memory of its own beyond
+    the interpreter), which a failover adopts when the node's spare with the standbys is already taken
+    -- a node lost with several leaders hands two or more to each survivor, and a new process takes one
+    to three seconds to start on a loaded machine, where a cold spare loads the partition at once."""
+    return not any(s.cold and s.name not in used for s in free)
 
 
 def standby_spares_plan(followed: set[int] | frozenset[int], free: list[Spare]) -> tuple[list[int], list[str]]:

@@ -85,24 +85,26 @@ def log_server_name(node: str) -> str:
     return f"raygroups-logserver-{node}"
 
 
-def new_spare_name(node: str, standby_for: int | None = None) -> str:
-    """A new spare's name: ``raygroups-spare-<node>-<id>``, and ``-p<partition>`` after it for a spare that
-    stands by for one partition only (``shard.standby.per.partition``)."""
-    tag = "" if standby_for is None else f"-p{standby_for}"
+def new_spare_name(node: str, standby_for: int | None = None, cold: bool = False) -> str:
+    """A new spare's name: ``raygroups-spare-<node>-<id>``, and after it ``-p<partition>`` for a spare that
+    stands by for one partition only (``shard.standby.per.partition``), or ``-c`` for a cold spare (a
+    process ready to adopt any partition, keeping no standby)."""
+    tag = "-c" if cold else "" if standby_for is None else f"-p{standby_for}"
     return f"{SPARE_PREFIX}{node}-{uuid.uuid4().hex[:8]}{tag}"
 
 
-_SPARE_REST = re.compile(r"[0-9a-f]{8}(?:-p(0|[1-9][0-9]*))?")
+_SPARE_REST = re.compile(r"[0-9a-f]{8}(?:-p(0|[1-9][0-9]*)|(-c))?")
 
 
-def spare_of(name: str, node: str) -> tuple[bool, int | None]:
+def spare_of(name: str, node: str) -> tuple[bool, int | None, bool]:
     """Whether ``name`` is one of ``node``'s spares (not one of node ``<node>-x``'s: names may have hyphens),
-    and the partition it stands by for (None: every partition the node follows, or none)."""
+    the partition it stands by for (None: every partition the node follows, or none), and whether it is
+    cold."""
     prefix = f"{SPARE_PREFIX}{node}-"
     m = _SPARE_REST.fullmatch(name[len(prefix):]) if name.startswith(prefix) else None
     if m is None:
-        return False, None
-    return True, None if m.group(1) is None else int(m.group(1))
+        return False, None, False
+    return True, None if m.group(1) is None else int(m.group(1)), m.group(2) is not None
 
 
 def is_spare_of(name: str, node: str) -> bool:
@@ -366,16 +368,17 @@ class ActorFactory:
         return config.shard_standby_enable and config.shard_standby_per_partition
 
     def create_shard(self, partition: int | None, node: str, scheduling: dict[str, Any],
-                     standby_for: int | None = None):
+                     standby_for: int | None = None, cold: bool = False):
         """The shard of ``partition`` on ``node``, or (``None``) a spare for that node: one standing by for
-        every partition the node follows, or (``standby_for``) for that partition only."""
+        every partition the node follows, or (``standby_for``) for that partition only, or (``cold``) for
+        none."""
         options = {**shard_actor_options(0 if partition is None else partition, self.namespace),
                    **placement_options(scheduling)}
         if partition is None:
-            options["name"] = new_spare_name(node, standby_for)
+            options["name"] = new_spare_name(node, standby_for, cold)
         return ray.remote(CoordinatorShard).options(**options).remote(
             partition, self.num_partitions, self.config, self.node_dir(node), 0, None, self.directory, True, node,
-            standby_for=standby_for,
+            standby_for=standby_for, cold=cold,
         )
 
     def _shard_name(self, partition: int) -> str:
@@ -415,13 +418,13 @@ class ActorFactory:
         out = []
         for a in ray.util.list_named_actors(all_namespaces=True):
             name = a["name"]
-            mine, standby_for = spare_of(name, node)
+            mine, standby_for, cold = spare_of(name, node)
             if a["namespace"] != self.namespace or not mine:
                 continue
             raw = kv_get(_spare_bound_key(name), self.namespace)
             bound = None if raw is None else int(raw)
             serving = name in recorded or (bound is not None and shard_actor_name(bound, self.namespace) == name)
-            out.append(Spare(name, standby_for, bound, serving))
+            out.append(Spare(name, standby_for, bound, serving, cold))
         return out
 
     def free_spare_names(self, node: str) -> list[str]:
@@ -463,8 +466,9 @@ class ActorFactory:
                     raise
                 time.sleep(0.05)
 
-    def create_spare(self, node: str, scheduling: dict[str, Any], standby_for: int | None = None):
-        return self.create_shard(None, node, scheduling, standby_for)
+    def create_spare(self, node: str, scheduling: dict[str, Any], standby_for: int | None = None,
+                     cold: bool = False):
+        return self.create_shard(None, node, scheduling, standby_for, cold)
 
     def kill_spare(self, name: str) -> None:
         self._kill_named(name)

@@ -15,17 +15,18 @@ def test_a_spare_belongs_to_its_node_only_even_when_node_names_share_a_prefix():
     assert is_spare_of(name, "coord-a")
     assert not is_spare_of(name, "coord") and not is_spare_of(new_spare_name("coord-a-b"), "coord-a")
     assert not is_spare_of("raygroups-shard-3", "coord-a") and not is_spare_of(name + "0", "coord-a")
-    assert spare_of(name, "coord-a") == (True, None)
+    assert spare_of(name, "coord-a") == (True, None, False)
 
 
 def test_a_spare_for_one_partition_names_its_partition_and_its_node_only():
     name = new_spare_name("coord-a", 12)
-    assert spare_of(name, "coord-a") == (True, 12) and spare_of(new_spare_name("n", 0), "n") == (True, 0)
+    assert spare_of(name, "coord-a") == (True, 12, False) and spare_of(new_spare_name("n", 0), "n") == (True, 0, False)
+    assert spare_of(new_spare_name("n", cold=True), "n") == (True, None, True)
     # Node "coord-a-<id>" is another node; so is "coord", whose spare names could not end this way.
     untagged = new_spare_name("coord-a")
-    assert spare_of(untagged + "-p3", untagged[len("raygroups-spare-"):]) == (False, None)
-    assert spare_of(name, "coord") == (False, None) and spare_of(name + "x", "coord-a") == (False, None)
-    assert spare_of(name.replace("-p12", "-p012"), "coord-a") == (False, None)
+    assert spare_of(untagged + "-p3", untagged[len("raygroups-spare-"):]) == (False, None, False)
+    assert spare_of(name, "coord") == (False, None, False) and spare_of(name + "x", "coord-a") == (False, None, False)
+    assert spare_of(name.replace("-p12", "-p012"), "coord-a") == (False, None, False)
 
 
 def test_a_deployment_stored_before_a_property_existed_resumes_with_its_default():

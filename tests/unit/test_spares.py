@@ -110,11 +110,11 @@ class Seam:
         self.actions.append(("started shard", partition, node))
         return f"shard-{partition}"
 
-    def create_spare(self, node, scheduling, standby_for=None):
+    def create_spare(self, node, scheduling, standby_for=None, cold=False):
         self._n += 1
-        name = f"{node}-new{self._n}" + ("" if standby_for is None else f"-p{standby_for}")
-        self.spares[name] = Spare(name, standby_for)
-        self.actions.append(("new spare", standby_for))
+        name = f"{node}-new{self._n}" + ("-c" if cold else "" if standby_for is None else f"-p{standby_for}")
+        self.spares[name] = Spare(name, standby_for, cold=cold)
+        self.actions.append(("new cold spare",) if cold else ("new spare", standby_for))
 
     def kill_spare(self, name):
         del self.spares[name]
