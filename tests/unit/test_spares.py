@@ -15,6 +15,7 @@ from raygroups.placement.spares import (
     adoption_order,
     followed_by,
     free_spares,
+    needs_cold_spare,
     needs_spare_for_all,
     standby_spares_due,
     standby_spares_plan,
@@ -30,14 +31,24 @@ def test_a_partition_is_adopted_by_its_own_spare_first_then_a_spare_for_all_neve
     assert adoption_order(2, free) == ["s-p2", "s-all"]
     assert adoption_order(5, free) == ["s-all"]
     assert adoption_order(5, [Spare("s-p3", 3)]) == []
+    # The cold spare (no standby) comes last: after the partition's own and the one with every standby.
+    with_cold = free_spares(spares + [Spare("a-cold", None, cold=True)])
+    assert adoption_order(2, with_cold) == ["s-p2", "s-all", "a-cold"]
+    assert adoption_order(5, [Spare("a-cold", None, cold=True), Spare("s-p3", 3)]) == ["a-cold"]
 
 
 def test_a_spare_for_all_is_started_only_without_spares_per_partition_and_when_none_is_left():
-    free = [Spare("s-all", None), Spare("s-p2", 2)]
+    free = [Spare("s-all", None), Spare("s-p2", 2), Spare("s-cold", None, cold=True)]
     assert not needs_spare_for_all(False, free)
-    assert needs_spare_for_all(False, free, used={"s-all"})
+    assert needs_spare_for_all(False, free, used={"s-all"})  # a cold spare is no spare for all
     assert needs_spare_for_all(False, [Spare("s-p2", 2)])
     assert not needs_spare_for_all(True, [])
+
+
+def test_every_node_keeps_one_cold_spare_whatever_the_mode():
+    assert needs_cold_spare([Spare("s-all", None), Spare("s-p2", 2)])
+    assert not needs_cold_spare([Spare("s-cold", None, cold=True)])
+    assert needs_cold_spare([Spare("s-cold", None, cold=True)], used={"s-cold"})
 
 
 def test_spares_per_partition_follow_the_followed_partitions_and_leave_adopting_ones_alone():
@@ -135,25 +146,30 @@ def test_a_starting_or_refusing_spare_is_passed_over_for_the_next_then_a_new_pro
     keeper = SpareKeeper(seam)
     assert keeper.replace_shard(2, "n", {}) == "all-b"
     assert seam.actions == [("killed shard", 2), ("gave up on", "all-a"), ("adopted", 2, "all-b")]
-    # The node's next spare for every partition comes after, off the failover's path, and once.
+    # The node's next spare for every partition, and its cold spare, come after, off the failover's path,
+    # and once.
     assert keeper.replenish("n", {}) is True and keeper.replenish("n", {}) is False
-    assert seam.actions[-1] == ("new spare", None)
+    assert seam.actions[-2:] == [("new spare", None), ("new cold spare",)]
     seam.actions.clear()
-    seam.starting.add("n-new1")  # the spare for all started behind it is still starting: a new process
+    seam.starting.update({"n-new1", "n-new2-c"})  # both still starting: a new process
     assert keeper.replace_shard(4, "n", {}) == "shard-4" and keeper.replenish("n", {}) is False
-    assert seam.actions == [("killed shard", 4), ("started shard", 4, "n")]  # and n-new1 stays the next spare
+    assert seam.actions == [("killed shard", 4), ("started shard", 4, "n")]  # and they stay the next spares
     seam.actions.clear()
-    del seam.spares["n-new1"]  # gone: only p2 (another partition's) is left
-    assert keeper.replace_shard(4, "n", {}) == "shard-4" and keeper.replenish("n", {}) is True
-    assert seam.actions == [("killed shard", 4), ("started shard", 4, "n"), ("new spare", None)]
+    seam.starting.clear()
+    del seam.spares["n-new1"]  # gone: the cold spare is the one left for partition 4, and adopts it
+    assert keeper.replace_shard(4, "n", {}) == "n-new2-c" and keeper.replenish("n", {}) is True
+    assert seam.actions == [("killed shard", 4), ("adopted", 4, "n-new2-c"), ("new spare", None),
+                            ("new cold spare",)]
 
 
-def test_a_node_gets_one_spare_for_all_unless_it_has_one_or_keeps_spares_per_partition():
+def test_a_node_gets_a_spare_for_all_unless_it_keeps_spares_per_partition_and_a_cold_spare_either_way():
     seam = Seam()
     keeper = SpareKeeper(seam)
     assert keeper.ensure_spare("n", {}) is True and keeper.ensure_spare("n", {}) is False
+    assert seam.actions == [("new spare", None), ("new cold spare",)]
     assert keeper.ensure_standby_spares("n", {1}, {}) == ([], [])  # not this mode
-    assert SpareKeeper(Seam(per_partition=True)).ensure_spare("n", {}) is False
+    per = Seam(per_partition=True)
+    assert SpareKeeper(per).ensure_spare("n", {}) is True and per.actions == [("new cold spare",)]
 
 
 def test_spares_per_partition_are_started_and_stopped_and_an_adopting_one_is_never_stopped():
