@@ -122,33 +122,37 @@ def test_a_spare_serves_nothing_until_it_adopts_and_serves_that_partition_again_
     assert ray.get(other.probe.remote(), timeout=60)["node"] == "n1"
     assert ray.get(other.status.remote(), timeout=30)["partition"] == 1
     # A node that never led anything gets a spare too (the controller asks with the node's disk report),
-    # and one only: a spare still starting counts.
+    # and a cold one beside it, once: spares still starting count.
     here = {"node_id": ray.get_runtime_context().get_node_id()}
     assert keeper.ensure_spare("n2", here) is True
-    assert keeper.ensure_spare("n2", here) is False and len(factory.free_spare_names("n2")) == 1
-    # A failover onto n2 adopts its running spare, and a new one is started behind it.
-    (n2_spare,) = factory.free_spare_names("n2")
+    assert keeper.ensure_spare("n2", here) is False and len(factory.free_spare_names("n2")) == 2
+    (n2_spare,) = [n for n in factory.free_spare_names("n2") if not spare_of(n, "n2")[2]]
+    (n2_cold,) = [n for n in factory.free_spare_names("n2") if spare_of(n, "n2")[2]]
+    # A failover onto n2 adopts its running spare (the one with the standbys), and a new one is started
+    # behind it (``replenish``); the next failover onto n2 would take the cold spare.
     wait_for(lambda: actor_state(actor_id(ray.get_actor(n2_spare, namespace=namespace))) == "ALIVE",
              what="n2's spare to run")
     assert actor_id(keeper.replace_shard(3, "n2", here)) == actor_id(ray.get_actor(n2_spare, namespace=namespace))
-    wait_for(lambda: factory.free_spare_names("n2"), what="n2's next spare to be named")
-    assert n2_spare not in factory.free_spare_names("n2") and len(factory.free_spare_names("n2")) == 1
+    assert keeper.replenish("n2", here) is True
+    wait_for(lambda: len(factory.free_spare_names("n2")) == 2, what="n2's next spare to be named")
+    assert n2_spare not in factory.free_spare_names("n2") and n2_cold in factory.free_spare_names("n2")
     # A spare per followed partition (shard.standby.per.partition): one for each partition the node
     # follows, none for one it no longer follows, none for every partition; a failover onto the node
     # adopts the one of its partition.
     per = ActorFactory(namespace, 4, {"shard.standby.per.partition": True}, str(tmp_path))
     per_keeper = SpareKeeper(per)
-    assert per_keeper.ensure_spare("n3", here) is False
+    assert per_keeper.ensure_spare("n3", here) is True  # its cold spare only
     assert per_keeper.ensure_standby_spares("n3", {1, 2}, here) == ([1, 2], [])
-    wait_for(lambda: len(per.free_spare_names("n3")) == 2, what="the spares per partition to be named")
-    tagged = {spare_of(n, "n3")[1]: n for n in per.free_spare_names("n3")}
+    wait_for(lambda: len(per.free_spare_names("n3")) == 3, what="the spares per partition to be named")
+    tagged = {spare_of(n, "n3")[1]: n for n in per.free_spare_names("n3") if not spare_of(n, "n3")[2]}
     assert set(tagged) == {1, 2}
     assert per_keeper.ensure_standby_spares("n3", {2, 3}, here) == ([3], [tagged[1]])
     wait_for(lambda: all(actor_state(actor_id(ray.get_actor(n, namespace=namespace))) == "ALIVE"
                          for n in per.free_spare_names("n3")), what="the spares per partition to run")
     adopted = per_keeper.replace_shard(2, "n3", here)
     assert actor_id(adopted) == actor_id(ray.get_actor(tagged[2], namespace=namespace))
-    assert sorted(spare_of(n, "n3")[1] for n in per.free_spare_names("n3")) == [3]  # and no spare for all
+    left = [spare_of(n, "n3") for n in per.free_spare_names("n3")]
+    assert sorted((cold, p if p is not None else -1) for _, p, cold in left) == [(False, 3), (True, -1)]  # no spare for all
     factory.stop_spares()
     assert not [a for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == namespace]
     assert internal_kv._internal_kv_list(SPARE_BOUND_KEY_PREFIX, namespace=namespace) == []
