@@ -385,6 +385,7 @@ class Controller:
         actor_id = self._actors.actor_id(handle)
         timeout_s = min(PROBE_TIMEOUT_S, self.settings.shard_silence_ms / 3000)
         probe = asyncio.ensure_future(handle.probe.remote())
+        probe.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved, even when given up on
         try:
             done, _ = await asyncio.wait({probe}, timeout=PROBE_STATE_CHECK_S)
             if not done:
