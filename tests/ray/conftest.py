@@ -26,7 +26,7 @@ def ray_session():
 
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _system_config=METRICS_EVERY_SECOND)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, _system_config=METRICS_EVERY_SECOND)
     yield
     if started:
         ray.shutdown()
@@ -39,7 +39,7 @@ def cluster(ray_session, tmp_path):
     from raygroups.deployment.start import start_local
 
     if not ray.is_initialized():  # a multi-node module shut the shared Ray down: start it again
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _system_config=METRICS_EVERY_SECOND)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, _system_config=METRICS_EVERY_SECOND)
 
     c = start_local(num_partitions=4, data_dir=tmp_path / "data", config=CONFIG,
                     namespace=f"test-{uuid.uuid4().hex[:8]}")

@@ -117,7 +117,7 @@ def test_connect_attaches_and_shutdown_removes_every_actor(ray_session, tmp_path
     from raygroups import connect, start_local
 
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     owner = start_local(num_partitions=2, data_dir=tmp_path, namespace="test-connect")
     owner.create_topic("orders", 1)
     attached = connect(namespace="test-connect")

@@ -37,7 +37,8 @@ def cluster(ray_session, tmp_path_factory):
     from tests.ray.conftest import CONFIG, METRICS_EVERY_SECOND
 
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _system_config=METRICS_EVERY_SECOND)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+                 _system_config=METRICS_EVERY_SECOND)
     c = start_local(num_partitions=4, data_dir=tmp_path_factory.mktemp("coalescing"), config=CONFIG,
                     namespace="test-coalescing")
     c.create_topic("orders", 4)

@@ -54,7 +54,7 @@ def test_a_second_deployment_on_a_restarted_ray_is_compacted_with_a_new_session(
 
     # The Ray the session runs on goes away, and another starts in this process.
     ray.shutdown()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
     second = start_local(num_partitions=2, data_dir=tmp_path / "second", config=CONFIG, namespace="second")
     try:
         before = _fill(second)
