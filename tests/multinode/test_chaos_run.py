@@ -29,7 +29,9 @@ def test_a_45_second_seed_has_no_violation(tmp_path):
                  LiveView(io.StringIO(), enabled=False))
     report = json.loads((out / "report.json").read_text())
     assert result.ok and report["ok"], json.dumps(report["violations"], indent=1)[:20_000]
-    assert report["faults_injected"] >= 5 and report["replicated"]
+    # A leader flap counts as one fault; the serial lane waits for the deployment to settle after each.
+    assert report["faults_injected"] >= 4 and report["replicated"]
+    assert report["failover"]["total_s"]["count"] >= 1  # a coordinator fault, measured by the probes
     assert report["nemesis_errors"] == [], report["nemesis_errors"]
     # Every group committed on every partition and every coordinator fault was followed by a served commit.
     assert report["commits"]["ok"] > 500 and report["failover"]["unserved"] == 0
