@@ -3,12 +3,27 @@ partition (``shard.standby.per.partition``) and a Kafka listener on each node.""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import threading
 
 import pytest
 
 from raygroups import Errors, partition_for
 from tests.conditions import wait_for  # noqa: F401  (re-exported for the test modules)
+
+
+@contextlib.contextmanager
+def leader_balance_every(ms: int):
+    """Deployments started inside run the controller's preferred-leader election every ``ms`` (10 s by
+    default, not a config property): a test that waits for leadership to go back to the preferred replicas
+    after a node's return waits that long at least."""
+    from raygroups.deployment import start
+
+    settings = start._settings
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(start, "_settings", lambda cfg: dataclasses.replace(settings(cfg), leader_balance_interval_ms=ms))
+        yield
 
 
 @pytest.fixture(scope="module")
