@@ -337,7 +337,10 @@ def start_local(num_partitions: int = 8, data_dir: str | os.PathLike | None = No
         # The embedded default's Ray belongs to this process: Ray's notice that it enabled token auth (the
         # secure default) is not news to its user.
         logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+        # address="local": a Ray of its own, never another process's Ray that this machine happens to run
+        # (without it, ray.init joins the cluster named in /tmp/ray/ray_current_cluster).
+        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+                 logging_level=logging.WARNING)
     alive = [n for n in ray.nodes() if n.get("Alive")]
     if len(alive) > 1:
         if owns_ray:
