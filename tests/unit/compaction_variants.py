@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from hypothesis import strategies as st
+from hypothesis.stateful import rule
 from raygroups.coordinator.state import DurableState
 from raygroups.offsets_log.batch import Batch
 from raygroups.offsets_log.compactor import compact_batches
@@ -78,3 +80,15 @@ def check_drawn_variant(batches: list[Batch], expected: DurableState, k: int, dr
         i, log = loads[switch % len(loads)]
         assert replay(log) == expected, \
             f"a load that read {i} batches, then the compaction of the first {k}, then the rest, replays differently"
+
+
+class CompactedVariantsRule:
+    """A rule for the stateful tests' machines (their ``coord`` is a coordinator in memory): a compacted
+    prefix of partition 0's log written so far, and a load interleaved with that compaction, replay to the
+    live durable state."""
+
+    @rule(k=st.integers(1, 10_000), drop=st.booleans(), switch=st.integers(0, 10_000))
+    def a_compacted_variant_of_the_log_replays_to_the_live_state(self, k, drop, switch):
+        batches = self.coord.log_batches(0)
+        if batches:
+            check_drawn_variant(batches, self.coord.durable_state_for_testing(0), 1 + k % len(batches), drop, switch)

@@ -27,7 +27,7 @@ from raygroups.coordinator.group import GroupState
 from raygroups.coordinator.records import GroupMetadataKey, OffsetCommitKey
 
 from raygroups import Errors
-from tests.unit.compaction_variants import check_drawn_variant
+from tests.unit.compaction_variants import CompactedVariantsRule
 from tests.unit.helpers import Ctx
 
 GROUPS = ("g1", "g2")
@@ -58,7 +58,7 @@ class Client:
         self.sync_generation = -1
 
 
-class ProtocolMachine(RuleBasedStateMachine):
+class ProtocolMachine(CompactedVariantsRule, RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.ctx = Ctx(config={
@@ -237,14 +237,6 @@ class ProtocolMachine(RuleBasedStateMachine):
                 del self.acked[key]
             self.max_persisted_generation.pop(group, None)
             self.owners = {k: v for k, v in self.owners.items() if k[0] != group}
-
-    @rule(k=st.integers(1, 10_000), drop=st.booleans(), switch=st.integers(0, 10_000))
-    def a_compacted_variant_of_the_log_replays_to_the_live_state(self, k, drop, switch):
-        """KAFKA-19862: a compacted prefix of the log written so far, and a load interleaved with that
-        compaction, replay to the live durable state (``tests/unit/compaction_variants.py``)."""
-        batches = self.coord.log_batches(0)
-        if batches:
-            check_drawn_variant(batches, self.coord.durable_state_for_testing(0), 1 + k % len(batches), drop, switch)
 
     # ------------------------------------------------------------------------------------------
     @invariant()

@@ -21,7 +21,7 @@ from raygroups.coordinator.shard_consumer import rebalance_key, session_key
 from raygroups.coordinator.state import DurableState
 
 from raygroups import Errors
-from tests.unit.compaction_variants import check_drawn_variant
+from tests.unit.compaction_variants import CompactedVariantsRule
 from tests.unit.helpers import Ctx
 
 GROUPS = ("c1", "c2")
@@ -48,7 +48,7 @@ class Member:
         self.joined = False
 
 
-class ConsumerMachine(RuleBasedStateMachine):
+class ConsumerMachine(CompactedVariantsRule, RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.ctx = Ctx(config=CONFIG)
@@ -142,14 +142,6 @@ class ConsumerMachine(RuleBasedStateMachine):
             self.max_member_epoch = {k: v for k, v in self.max_member_epoch.items() if k[0] != group}
 
     # ------------------------------------------------------------------------------------------
-    @rule(k=st.integers(1, 10_000), drop=st.booleans(), switch=st.integers(0, 10_000))
-    def a_compacted_variant_of_the_log_replays_to_the_live_state(self, k, drop, switch):
-        """KAFKA-19862: a compacted prefix of the log written so far, and a load interleaved with that
-        compaction, replay to the live durable state (``tests/unit/compaction_variants.py``)."""
-        batches = self.coord.log_batches(0)
-        if batches:
-            check_drawn_variant(batches, self.coord.durable_state_for_testing(0), 1 + k % len(batches), drop, switch)
-
     @invariant()
     def no_handler_crashed(self):
         assert self.coord._runtime.last_exception is None, repr(self.coord._runtime.last_exception)
