@@ -24,6 +24,10 @@ from raygroups.coordinator.requests import REQUESTS
 
 # Seconds (Prometheus' base unit): from a single fsync on a quiet disk to a stalled replicated append.
 APPEND_LATENCY_BOUNDARIES_S = [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10]
+# A request's time in its shard, from arrival to answer (Kafka's per-request ``TotalTimeMs``, here in seconds):
+# a heartbeat's fraction of a millisecond up to a JoinGroup parked for a rebalance (minutes).
+REQUEST_LATENCY_BOUNDARIES_S = [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
+                                60, 300]
 METRICS_INTERVAL_S = 5.0
 
 def ray_metrics():
@@ -73,6 +77,11 @@ class ShardMetrics:
                                           "Append (and replication, acks=all) latency of one batch, in seconds.",
                                           boundaries=APPEND_LATENCY_BOUNDARIES_S, tag_keys=keys)
         self.append_latency.set_default_tags(tags)
+        # Observed as each request is answered (about 2 us a record in a Ray worker, measured).
+        self.request_latency = m.Histogram("raygroups_request_latency_seconds",
+                                           "Time from a request's arrival at its shard to its answer, by API.",
+                                           boundaries=REQUEST_LATENCY_BOUNDARIES_S, tag_keys=keys + ("api",))
+        self.request_latency.set_default_tags(tags)
         self.load_seconds = gauge("raygroups_load_seconds", "Seconds the last load (log replay) took.")
         self.load_records = gauge("raygroups_load_records", "Records replayed by the last load.")
         self.groups = gauge("raygroups_groups", "Groups of the shard, by state.", ("state",))
@@ -80,12 +89,14 @@ class ShardMetrics:
         self.isr_size = gauge("raygroups_shard_isr_size", "In-sync replicas (leader included) the leader sees.")
         self.up = gauge("raygroups_shard_active", "1 while the shard serves (ACTIVE), else 0.")
 
-    def on_response(self, request: Any, response: Any) -> None:
-        """Counted here, in plain dicts: a Ray metric record costs more than answering a heartbeat, so the
-        counts reach Ray once per ``flush`` (every ``METRICS_INTERVAL_S``, from ``refresh``)."""
+    def on_response(self, request: Any, response: Any, seconds: float) -> None:
+        """``request`` answered ``response`` ``seconds`` after it arrived. Counted here, in plain dicts, so the
+        counts reach Ray once per ``flush`` (every ``METRICS_INTERVAL_S``, from ``refresh``); the latency
+        goes to its histogram at once."""
         if self._m is None:
             return
         api = REQUESTS.spec(request).name  # Kafka's request name
+        self.request_latency.observe(seconds, {"api": api})
         error = getattr(response, "error", None)
         self._requests[(api, error.name if error is not None else "NONE")] += 1
         if api == "JoinGroup":
@@ -142,6 +153,32 @@ class ShardMetrics:
         self.up.set(1 if active else 0)
         if isr_size is not None:
             self.isr_size.set(isr_size)
+
+
+class StandbyMetrics:
+    """Hot standbys' lag (``actors.standby``), from the node's ``LogServer``: per partition a standby reads,
+    the records of the node's replica past the position the standby last read from. Kept by the server, not
+    the standby, so that a standby that stopped reading (a stalled or dead spare) shows a lag that grows.
+    A partition no standby follows any more is set to 0 (a dead gauge cannot be removed from Ray's export)."""
+
+    def __init__(self, node: str, namespace: str | None) -> None:
+        m = ray_metrics()
+        self._gauge = None
+        if m is not None:
+            tags = {"namespace": namespace or "", "node": node}
+            self._gauge = m.Gauge("raygroups_standby_lag_records",
+                                  "Records of the node's replica its hot standby has not read yet.",
+                                  tag_keys=(*tags, "partition"))
+            self._gauge.set_default_tags(tags)
+
+    @property
+    def live(self) -> bool:
+        return self._gauge is not None
+
+    def set(self, lags: dict[int, int]) -> None:
+        if self._gauge is not None:
+            for p, records in lags.items():
+                self._gauge.set(records, {"partition": str(p)})
 
 
 async def metrics_loop(served) -> None:

@@ -137,10 +137,11 @@ class CoordinatorShard:
     # ------------------------------------------------------------------------------------------
     async def handle(self, request: Any) -> Any:
         """Answer one request of the group API (a validated request object of ``coordinator``)."""
+        started = time.monotonic()
         answer, counted = self._begin(request)
         response = await answer
         if counted:
-            self._metrics.on_response(request, response)
+            self._metrics.on_response(request, response, time.monotonic() - started)
         return response
 
     async def handle_batch(self, requests: list) -> list:
@@ -148,11 +149,13 @@ class CoordinatorShard:
         ``handle`` would, in the list's order, with its own response; the call returns when all are
         answered. A batch that is not a list of at most ``client.max.batch.requests`` requests is refused
         whole (``TypeError``/``ValueError``), before any of them is looked at."""
+        started = time.monotonic()
         begun = self._begin_batch("handle_batch", requests)
         responses = await asyncio.gather(*(answer for answer, _ in begun), return_exceptions=True)
+        seconds = time.monotonic() - started  # each waited for the batch's last answer
         for r, (_, counted), response in zip(requests, begun, responses, strict=True):
             if counted and not isinstance(response, BaseException):
-                self._metrics.on_response(r, response)
+                self._metrics.on_response(r, response, seconds)
         return list(responses)
 
     async def handle_stream(self, requests: list):
@@ -161,6 +164,7 @@ class CoordinatorShard:
         this shard that answered some. For requests of which some park and some are answered at once
         (JoinGroups: a rejoin waits for the rebalance, a first join or a member's rejoin that completes
         the join phase does not), so that none waits for another."""
+        started = time.monotonic()
         begun = self._begin_batch("handle_stream", requests)
         pending: dict[asyncio.Future, list[int]] = {}
         for i, (answer, _) in enumerate(begun):
@@ -173,7 +177,7 @@ class CoordinatorShard:
                 response = asyncio.CancelledError() if answer.cancelled() else answer.exception() or answer.result()
                 for i in pending.pop(answer):
                     if begun[i][1] and not isinstance(response, BaseException):
-                        self._metrics.on_response(requests[i], response)
+                        self._metrics.on_response(requests[i], response, time.monotonic() - started)
                     chunk.append((i, response))
             yield chunk
 

@@ -1,6 +1,6 @@
 """The shards' Prometheus series, scraped from Ray's metrics endpoint on the node (what an operator's
 Prometheus sees): requests by API and error, commits, heartbeats, joins, rebalances, groups by state,
-members, appends, the load."""
+members, appends, the load, request latency per API."""
 
 from __future__ import annotations
 
@@ -42,7 +42,9 @@ def test_shard_metrics_reach_the_prometheus_endpoint(cluster):
                 and sum(_series("ray_raygroups_heartbeats_total", namespace=ns, partition=p)) >= 5
                 and sum(_series("ray_raygroups_rebalances_total", namespace=ns, partition=p)) >= 1
                 and _series("ray_raygroups_groups", namespace=ns, partition=p, state="Stable") == [1.0]
-                and _series("ray_raygroups_members", namespace=ns, partition=p) == [1.0])
+                and _series("ray_raygroups_members", namespace=ns, partition=p) == [1.0]
+                and sum(_series("ray_raygroups_request_latency_seconds_count", namespace=ns, partition=p,
+                                api="OffsetCommit")) >= 6)
 
     wait_for(complete, timeout_s=90, interval_s=1, what="the shard's series on the metrics endpoint")
     assert sum(_series("ray_raygroups_requests_total", namespace=ns, partition=p, api="OffsetCommit",
@@ -50,5 +52,10 @@ def test_shard_metrics_reach_the_prometheus_endpoint(cluster):
     assert sum(_series("ray_raygroups_requests_total", namespace=ns, partition=p, api="JoinGroup", error="MEMBER_ID_REQUIRED")) == 1
     assert sum(_series("ray_raygroups_append_latency_seconds_count", namespace=ns, partition=p)) >= 6
     assert sum(_series("ray_raygroups_appended_records_total", namespace=ns, partition=p)) >= 6
+    # Per API: five heartbeats and six commits answered, each counted once in its own histogram.
+    assert sum(_series("ray_raygroups_request_latency_seconds_count", namespace=ns, partition=p, api="Heartbeat")) == 5
+    assert sum(_series("ray_raygroups_request_latency_seconds_count", namespace=ns, partition=p,
+                       api="OffsetCommit")) == 6
+    assert sum(_series("ray_raygroups_request_latency_seconds_count", namespace=ns, partition=p, api="JoinGroup")) == 2
     assert _series("ray_raygroups_shard_active", namespace=ns, partition=p, node="local") == [1.0]
     assert len(_series("ray_raygroups_load_seconds", namespace=ns, partition=p)) == 1
