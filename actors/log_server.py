@@ -30,6 +30,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 from raygroups.actors import log_compaction
+from raygroups.actors.metrics import StandbyMetrics
 from raygroups.offsets_log import Batch, LogError, LogFailedError, StaleEpochError, open_log
 from raygroups.offsets_log.batch import epoch_runs, records_below
 from raygroups.offsets_log.codec import RecordFormatError, payload_base_offset
@@ -49,6 +50,7 @@ from raygroups.offsets_log.replica_state import (
 
 log = logging.getLogger(__name__)
 MIN_TAIL_BYTES = 64 * 1024  # a standby's read of one partition, at least
+STANDBY_LAG_REFRESH_S = 5.0  # raygroups_standby_lag_records, as often as the shards' gauges
 MAX_HOLD_S = 60.0  # the longest leadership hold a leader may ask for
 
 
@@ -85,9 +87,10 @@ def _restarted() -> bool:
 class LogServer:
     def __init__(self, node: str, node_dir: str, segment_bytes: int, fsync_interval_ms: int | None,
                  num_partitions: int | None = None, min_insync_replicas: int | None = None,
-                 hold_guard_s: float = 0.0) -> None:
+                 hold_guard_s: float = 0.0, namespace: str | None = None) -> None:
         """``hold_guard_s``: after a restart of this server (its holds forgotten), how long to refuse every
-        newer leader epoch as if each partition were held (the longest hold a leader asks for: its lease)."""
+        newer leader epoch as if each partition were held (the longest hold a leader asks for: its lease).
+        ``namespace``: the deployment's, for the metrics' labels."""
         self.node = node
         self.node_dir = node_dir
         self._segment_bytes = segment_bytes
@@ -103,6 +106,10 @@ class LogServer:
         self._tokens: dict[int, str] = {}
         self._released_tokens: dict[int, str] = {}
         self._errors: dict[int, str] = {}  # partition -> why its persisted state could not be read
+        # partition -> the offset a standby last read from (all it holds is below it): its lag's base
+        self._standby_at: dict[int, int] = {}
+        self._lag_metrics = StandbyMetrics(node, namespace)
+        self._lag_task: asyncio.Task | None = None
         self._io = ThreadPoolExecutor(1, thread_name_prefix="logserver-io")
         self._locks: dict[int, asyncio.Lock] = {}
         # partition -> (leader epoch, monotonic end) of the hold this replica promised its leader
@@ -417,11 +424,36 @@ class LogServer:
                     continue
                 try:
                     partitions[p] = await self._run(self._tail_sync, p, token, offset, share)
+                    if partitions[p]["from"] is not None:  # (None: a standby stopped on this log stays put)
+                        self._standby_at[p] = partitions[p]["from"]
+                    else:
+                        self._standby_at.setdefault(p, 0)
                 except (LogError, OSError) as e:
                     unavailable.append(p)  # for now: the standby keeps what it has
                     log.debug("node %s: no standby read of partition %d: %s", self.node, p, e)
         released = {p: t for p, t in self._released_tokens.items() if p in self._released}
+        if self._lag_task is None and self._lag_metrics.live:
+            self._lag_task = asyncio.get_running_loop().create_task(self._report_standby_lags())
         return {"partitions": partitions, "released": released, "unavailable": unavailable}
+
+    def standby_lags(self) -> dict[int, int]:
+        """Per partition a standby read here: the records of this replica past where it last read from (0, and
+        forgotten, once the partition is no longer followed here: led by this node, released, reassigned)."""
+        lags = {}
+        for p, at in list(self._standby_at.items()):
+            st, log = self._states.get(p), self._logs.get(p)
+            if log is None or st is None or p in self._released or st["leader"] == self.node \
+                    or self.node not in st["replicas"]:
+                del self._standby_at[p]
+                lags[p] = 0
+            else:
+                lags[p] = max(0, log.log_end_offset - at)
+        return lags
+
+    async def _report_standby_lags(self) -> None:
+        while True:
+            self._lag_metrics.set(self.standby_lags())
+            await asyncio.sleep(STANDBY_LAG_REFRESH_S)
 
     def _tail_sync(self, partition: int, token: str | None, offset: int, max_bytes: int) -> dict:
         log = self._log(partition)
@@ -458,6 +490,8 @@ class LogServer:
         return self.node
 
     async def close(self) -> None:
+        if self._lag_task is not None:
+            self._lag_task.cancel()
         for p in list(self._logs):
             log = self._forget_log(p)
             await self._run(log.close)

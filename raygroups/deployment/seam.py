@@ -316,7 +316,7 @@ class ActorFactory:
         return ray.remote(LogServer).options(**options).remote(node, self.node_dir(node), segment_bytes, fsync,
                                                                self.num_partitions,
                                                                self.config.get("min.insync.replicas"),
-                                                               hold_guard_s=hold_guard_s)
+                                                               hold_guard_s=hold_guard_s, namespace=self.namespace)
 
     def log_server(self, node: str):
         return self.directory.log_server(node)

@@ -105,6 +105,41 @@ async def _node(tmp_path, segment_bytes: int = SEGMENT_BYTES) -> FollowerNode:
     return FollowerNode(server, asyncio.get_running_loop())
 
 
+def test_the_log_server_measures_each_standbys_lag_and_a_standby_that_stops_reading_falls_behind(
+        tmp_path, monkeypatch):
+    """``raygroups_standby_lag_records``' values: the replica's records past where its standby last read from;
+    one that reads no more (a stalled spare) shows a lag that grows; a promotion ends it at 0."""
+    import raygroups.actors.log_server as log_server
+    import raygroups.actors.standby as standby
+
+    monkeypatch.setattr(standby, "STANDBY_READ_BYTES", 1)  # one batch a read
+    monkeypatch.setattr(log_server, "MIN_TAIL_BYTES", 1)
+
+    async def scenario():
+        node = await _node(tmp_path)
+        assert node.server.standby_lags() == {}  # no standby read yet
+        await node.poll()
+        assert node.server.standby_lags() == {0: 0}
+        await node.append(0, 3, 1)
+        end = (await node.server.state(0))["log_end_offset"]
+        assert node.server.standby_lags() == {0: end}  # read from 0: behind by all of it
+        for _ in range(3):
+            assert await node.poll() == 1
+        # the third read started after the first two batches: the lag counts from there
+        assert node.server.standby_lags() == {0: end - len(_records(0)) - len(_records(1))}
+        await node.poll()
+        assert node.server.standby_lags() == {0: 0}
+        await node.append(3, 4, 1)  # the standby stops reading (its spare stalled)
+        assert node.server.standby_lags() == {0: sum(len(_records(i)) for i in range(3, 7))}
+        follow, _released, plog = await node.promote(2, 2)
+        with plog:
+            assert follow is not None
+            assert node.server.standby_lags() == {0: 0}  # led here now: behind nothing, and forgotten
+            assert node.server.standby_lags() == {}
+
+    asyncio.run(scenario())
+
+
 def test_a_promoted_standby_continues_the_log_and_equals_a_full_replay(tmp_path):
     async def scenario():
         node = await _node(tmp_path)
