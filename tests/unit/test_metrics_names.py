@@ -43,10 +43,24 @@ def test_the_dashboard_queries_exactly_the_exported_series():
                for m in re.findall(r"\bray_raygroups_[a-z_]+", t["expr"])}
     assert queried <= exported, queried - exported
     assert {re.sub(r"_(bucket|count|sum)$", "", q)[len("ray_"):] for q in queried} >= set(defined)
-    assert len(defined) >= 18
+    assert len(defined) >= 20
     # Prometheus' naming: counters end in _total, and units are base units (seconds, bytes), spelled out.
     assert all(name.endswith("_total") for name, kind in defined.items() if kind == "Counter")
     assert not [name for name in defined if re.search(r"_(ms|millis|milliseconds|kb|mb)(_|$)", name)]
+
+
+def test_the_dashboard_shows_one_deployment_at_a_time_and_one_unit_per_panel():
+    dashboard = json.loads((ROOT / "deploy" / "grafana" / "raygroups.json").read_text())
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert "namespace" in variables["namespace"]["definition"]
+    for panel in dashboard["panels"]:
+        for target in panel["targets"]:
+            selectors = re.findall(r"\bray_raygroups_[a-z_]+(\{[^}]*\})?", target["expr"])
+            assert selectors and all(s.startswith('{namespace="$namespace"') for s in selectors), target["expr"]
+        # one unit per panel: set once, never overridden per series
+        assert panel["fieldConfig"]["defaults"]["unit"], panel["title"]
+        assert not [o for o in panel["fieldConfig"].get("overrides", ()) for prop in o.get("properties", ())
+                    if prop.get("id") == "unit"], panel["title"]
 
 
 def test_offline_has_one_definition_for_status_and_the_gauge():
@@ -64,7 +78,7 @@ def test_recorders_are_no_ops_outside_ray(monkeypatch):
     # session may have a Ray running.
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     metrics = ShardMetrics(0, None)
-    metrics.on_response(HeartbeatRequest("g", 1, "m", None), HeartbeatResponse(Errors.NONE))
+    metrics.on_response(HeartbeatRequest("g", 1, "m", None), HeartbeatResponse(Errors.NONE), 0.001)
     metrics.on_append(3, 0.001, True)
     metrics.on_load(None)
     metrics.refresh({}, True, None)
