@@ -4,13 +4,14 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo lint bench clean java-check hosts-check
+.PHONY: test demo lint bench clean java-check hosts-check prometheus-check
 
-$(STAMP): pyproject.toml
+# The run-time dependencies exactly as raygroups/constraints.txt pins them: what cluster.yaml installs.
+$(STAMP): pyproject.toml raygroups/constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "raygroups needs Python >= 3.11, found " + sys.version.split()[0])'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -qq --upgrade pip
-	$(PY) -m pip install -qq -e '.[dev]'
+	$(PY) -m pip install -qq -c raygroups/constraints.txt -e '.[dev]'
 	@touch $(STAMP)
 
 java-check:
@@ -19,7 +20,10 @@ java-check:
 hosts-check:
 	@sh scripts/check_hosts_tools.sh
 
-test: $(STAMP) java-check hosts-check
+prometheus-check:
+	@sh scripts/check_prometheus.sh
+
+test: $(STAMP) java-check hosts-check prometheus-check
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)

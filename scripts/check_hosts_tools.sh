@@ -23,8 +23,12 @@ ours=""
 if [ ! -e "$policy" ]; then
   printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod +x "$policy" && ours=1
 fi
-apt-get update -qq >/dev/null && apt-get install -y -qq openssh-server openssh-client rsync iproute2 >/dev/null
+log=$(mktemp)
+apt-get update -qq >"$log" 2>&1 && apt-get install -y -qq openssh-server openssh-client rsync iproute2 >>"$log" 2>&1
 status=$?
+# apt's notes (debconf without apt-utils) only when something failed
+[ $status = 0 ] || cat "$log" >&2
+rm -f "$log"
 [ -n "$ours" ] && rm -f "$policy"
 # An sshd this script installed is neither running nor enabled afterwards (one that was there is untouched).
 case "$need" in

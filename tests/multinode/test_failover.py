@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -170,6 +172,72 @@ def test_followers_lost_then_writes_refused_then_back(cluster):
         work.observe()
     work.check_invariants()
     check_one_shard_per_partition(cluster)
+    check_followers_match_leader(cluster)
+
+
+def _actor_pid(cluster, name: str) -> int:
+    import ray
+
+    handle = ray.get_actor(name, namespace=cluster.namespace)
+    return ray.get(handle.__ray_call__.remote(lambda _self: os.getpid()), timeout=30)
+
+
+def _group_of(partition: int, num_partitions: int, prefix: str) -> str:
+    return next(g for g in (f"{prefix}-{i}" for i in range(10_000)) if partition_for(g, num_partitions) == partition)
+
+
+def test_the_alert_rules_fire_on_a_stalled_standby_and_a_follower_holding_appends_back(cluster, tmp_path):
+    """deploy/prometheus/raygroups-rules.yml, evaluated by a real Prometheus scraping the nodes: a follower's
+    spare paused while its partition takes 12 000 records is a standby far behind (its node's LogServer
+    measures the lag); the follower's LogServer paused for 3 s holds every append of the partition back
+    (acks=all), so the append p99 is above its bound. Both paused processes resume; nothing is lost."""
+    from raygroups.deployment.seam import log_server_name
+    from tests.prometheus import need_prometheus, start_prometheus
+
+    need_prometheus()
+    p = 0
+    follower = _followers(cluster, p)[0]
+    wait_for(lambda: _standing_by(cluster, follower, p), what="a spare standing by for the partition")
+    (spare,) = [name for name, s in cluster.standby_status(follower).items() if p in s["partitions"]]
+    cluster.create_topic("alerts", 1000)
+    client = cluster.client()
+    group = _group_of(p, cluster.num_partitions, "alerts")
+
+    def commit(offset: int) -> None:
+        offsets = {("alerts", i): (offset, "") for i in range(1000)}
+        errors = client.commit_offsets(group_id=group, offsets=offsets).result(60).errors
+        assert set(errors.values()) == {Errors.NONE}
+
+    with start_prometheus(tmp_path / "prometheus") as prom:
+        spare_pid = _actor_pid(cluster, spare)
+        os.kill(spare_pid, signal.SIGSTOP)
+        try:
+            for offset in range(12):
+                commit(offset)
+            alert = prom.wait_firing("RaygroupsStandbyFarBehind", namespace=cluster.namespace, node=follower,
+                                     partition=str(p))
+            assert float(alert["value"]) >= 12_000
+        finally:
+            os.kill(spare_pid, signal.SIGCONT)
+        assert not [a for a in prom.alerts() if a["labels"]["alertname"] == "RaygroupsAppendLatencyHigh"]
+        server_pid = _actor_pid(cluster, log_server_name(follower))
+        slow = []
+        os.kill(server_pid, signal.SIGSTOP)
+        try:
+            with ThreadPoolExecutor(4) as pool:
+                waiting = [pool.submit(commit, 100 + i) for i in range(4)]
+                time.sleep(3)  # the fault's length: a follower holding appends back for 3 s
+                os.kill(server_pid, signal.SIGCONT)
+                slow = [f.result() for f in waiting]
+        finally:
+            os.kill(server_pid, signal.SIGCONT)
+        assert len(slow) == 4
+        alert = prom.wait_firing("RaygroupsAppendLatencyHigh", namespace=cluster.namespace)
+        assert float(alert["value"]) > 0.5
+    # one append each: the last one appended holds every partition's offset
+    last = {po.offset for po in client.fetch_offsets(group_id=group).result(60).offsets.values()}
+    assert len(last) == 1 and last <= {100, 101, 102, 103}
+    wait_for(lambda: _full_isr(cluster), timeout_s=90, what="every partition back to a full ISR")
     check_followers_match_leader(cluster)
 
 

@@ -16,6 +16,7 @@ from raygroups import Errors, partition_for
 from raygroups.cli import main
 from tests.conditions import scrape_metrics
 from tests.multinode.conftest import check_followers_match_leader, check_one_shard_per_partition, wait_for
+from tests.prometheus import start_prometheus
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -89,6 +90,7 @@ def test_full_restart_then_every_node_lost_and_restarted_under_its_name(tmp_path
 
     # Every process is gone, the GCS with the head; only the nodes' data directories remain.
     c = start_local(num_partitions=PARTITIONS, num_nodes=3, data_dir=data, config=CONFIG)
+    prom = None
     try:
         client = c.client()
         assert c.coordinator_nodes() == ["node-0", "node-1", "node-2"]
@@ -105,7 +107,9 @@ def test_full_restart_then_every_node_lost_and_restarted_under_its_name(tmp_path
         acked[(group0, tp0)] = (5_000, "after")
         check_one_shard_per_partition(c)
 
-        # Every node lost, one after another: the last one standing holds every ISR alone.
+        # Every node lost, one after another: the last one standing holds every ISR alone. A real Prometheus
+        # scrapes the nodes and evaluates deploy/prometheus/raygroups-rules.yml meanwhile.
+        prom = start_prometheus(tmp_path / "prometheus")
         last = c.partition_state(0)["leader"]
         first, second = [n for n in c.coordinator_nodes() if n != last]
         c.kill_node(first)
@@ -121,6 +125,10 @@ def test_full_restart_then_every_node_lost_and_restarted_under_its_name(tmp_path
         wait_for(lambda: _gauge(c, "ray_raygroups_under_replicated_partitions") == [PARTITIONS], timeout_s=60,
                  interval_s=1, what="the under-replicated gauge")
         assert sum(_gauge(c, "ray_raygroups_leader_changes_total")) >= PARTITIONS
+        if prom:
+            alert = prom.wait_firing("RaygroupsUnderReplicatedPartitions", namespace=c.namespace)
+            assert float(alert["value"]) == PARTITIONS
+            assert not [a for a in prom.alerts() if a["labels"]["alertname"] == "RaygroupsPartitionOffline"]
         c.kill_node(last)
         wait_for(lambda: all(c.partition_state(p)["leader"] is None for p in range(PARTITIONS)),
                  what="every partition offline")
@@ -129,6 +137,11 @@ def test_full_restart_then_every_node_lost_and_restarted_under_its_name(tmp_path
         assert all(c.partition_state(p)["isr"] == [last] for p in range(PARTITIONS))
         assert "offline partitions" in c.readiness()["waiting_for"]
         assert all(s["state"] != "ACTIVE" for s in c.shard_status(timeout_s=5))
+        if prom:
+            alert = prom.wait_firing("RaygroupsPartitionOffline", namespace=c.namespace)
+            assert float(alert["value"]) == PARTITIONS and alert["labels"]["severity"] == "critical"
+            prom.close()
+            prom = None
 
         # The out-of-sync nodes come back first: nothing is elected from them.
         c.restart_node(first)
@@ -149,4 +162,6 @@ def test_full_restart_then_every_node_lost_and_restarted_under_its_name(tmp_path
         check_one_shard_per_partition(c)
         check_followers_match_leader(c)
     finally:
+        if prom:
+            prom.close()
         c.shutdown()

@@ -1,0 +1,29 @@
+#!/bin/sh
+# The alert rules (deploy/prometheus/raygroups-rules.yml) are checked with promtool and fired by a real
+# Prometheus in the tests. As root, install Debian's prometheus package if promtool is missing; otherwise
+# say that those tests will be skipped. The package's service is neither started nor enabled: the tests run
+# their own Prometheus on a free port, with a data directory of their own, and stop it after.
+command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 && exit 0
+if [ "$(id -u)" != "0" ]; then
+  echo "raygroups: the alert-rule tests need promtool and prometheus (Debian's prometheus package) and root to" \
+    "install them; they will be skipped." >&2
+  exit 0
+fi
+echo "raygroups: the alert-rule tests need Prometheus: installing Debian's prometheus package now (promtool and" \
+  "the server, without its recommended exporters). Its service is not started nor enabled on this machine." >&2
+export DEBIAN_FRONTEND=noninteractive
+# Debian's maintainer scripts start and enable the service on install; policy-rc.d (exit 101) forbids that.
+policy=/usr/sbin/policy-rc.d
+ours=""
+if [ ! -e "$policy" ]; then
+  printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod +x "$policy" && ours=1
+fi
+log=$(mktemp)
+apt-get update -qq >"$log" 2>&1 && apt-get install -y -qq --no-install-recommends prometheus >>"$log" 2>&1
+status=$?
+# apt's notes (debconf without apt-utils) only when something failed
+[ $status = 0 ] || cat "$log" >&2
+rm -f "$log"
+[ -n "$ours" ] && rm -f "$policy"
+command -v systemctl >/dev/null 2>&1 && systemctl disable --now prometheus.service >/dev/null 2>&1
+exit $status
