@@ -3,8 +3,9 @@ a head and three coordinator nodes. Root only; about ten minutes here.
 
 1. the hosts come up (network, PID, mount and UTS namespaces, sshd each); the project's wheel is built;
 2. ``ray up`` with a copy of the project's ``cluster.yaml`` in which only the addresses, the SSH user and
-   the key are substituted; its start commands end with ``raygroups deploy``, so it leaves a running
-   replicated deployment;
+   the key are substituted; its setup installs every dependency as the wheel's ``constraints.txt`` pins
+   it, and every node is checked to run exactly those versions; its start commands end with
+   ``raygroups deploy``, so it leaves a running replicated deployment;
 3. through Ray client from this machine (``raygroups.connect("ray://<head>:10001")``, token auth): the demo
    workload -- a ``ConsumerGroup`` of consumer actors works through a synthetic topic and commits as it
    goes -- plus plain commits of many groups; every committed offset is checked; the operator's commands
@@ -43,7 +44,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import testhosts  # noqa: E402
 from testhosts import HEAD, KEY, WORK, WORKERS  # noqa: E402
 
+from raygroups.deployment.versions import mismatches, parse_constraints, parse_freeze  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
+CONSTRAINTS = ROOT / "raygroups" / "constraints.txt"
 CLIENT_ADDRESS = f"ray://{HEAD.ip}:10001"
 NAMESPACE = "raygroups"
 PREBAKED_VENV = Path("/root/raygroups-venv")
@@ -118,7 +122,22 @@ def prebake_venv() -> None:
         return
     subprocess.run(["python3.11", "-m", "venv", str(PREBAKED_VENV)], check=True)
     pins = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    subprocess.run([str(PREBAKED_VENV / "bin" / "python"), "-m", "pip", "install", "-q", *pins], check=True)
+    subprocess.run([str(PREBAKED_VENV / "bin" / "python"), "-m", "pip", "install", "-q", "-c", str(CONSTRAINTS),
+                    *pins], check=True)
+
+
+def check_node_versions() -> dict:
+    """Every host's raygroups venv runs each package of the wheel's constraints.txt at its pinned version
+    (cluster.yaml's setup installs from it); a difference fails the run, naming the host and the package."""
+    wanted = parse_constraints(CONSTRAINTS.read_text())
+    wrong = {}
+    for h in (HEAD, *WORKERS):
+        installed = parse_freeze(testhosts.ssh(h, "~/raygroups-venv/bin/python -m pip freeze --all", True, 300).stdout)
+        if problems := mismatches(wanted, installed):
+            wrong[h.name] = problems
+    if wrong:
+        raise RuntimeError(f"nodes do not run what was tested (constraints.txt): {wrong}")
+    return {"packages": len(wanted), "hosts": 1 + len(WORKERS), "ray": wanted["ray"]}
 
 
 def cluster_copy(wheel: Path, partitions: int | None = None) -> Path:
@@ -571,6 +590,8 @@ def main(argv: list[str] | None = None) -> int:
         config = run.step(f"cluster.yaml copy ({what} substituted)", cluster_copy, wheel, args.partitions)
         run.facts["partitions"] = args.partitions or int(re.search(r"--partitions=(\d+)", config.read_text())[1])
         run.step("ray up", ray_cli, run, "up", "-y", "--no-config-cache", "--disable-usage-stats", str(config))
+        run.facts["versions"] = run.step("every node runs the wheel's constraints.txt versions", check_node_versions)
+        run.say(f"  {run.facts['versions']}")
         run.facts["workload"] = run.step("workload: consumer group + 40 groups' commits, all served",
                                          client_phase, run, "workload", expected)
         run.say(f"  {run.facts['workload']}")

@@ -228,15 +228,22 @@ def test_no_paths_of_a_particular_machine(raw):
         assert local.startswith("~/") or not local.startswith("/")
 
 
-def test_setup_pins_match_pyproject(raw):
+def test_setup_installs_exactly_the_tested_versions(raw):
+    """Every node installs the wheel's dependencies through its constraints.txt, which pins every run-time
+    dependency (pyproject's included, ray at 2.60.0) at the version this environment runs."""
+    from packaging.requirements import Requirement
+
+    from raygroups.deployment.versions import canonical, shipped_constraints
+
     setup = "\n".join(raw["setup_commands"])
-    for requirement in PYPROJECT["project"]["dependencies"]:
-        assert f'"{requirement}"' in setup, f"{requirement} is not installed as pinned in pyproject.toml"
-    pinned = {m.group(1).lower(): m.group(2) for m in re.finditer(r'"([A-Za-z0-9_.-]+)(?:\[[^]]*\])?==([^"]+)"', setup)}
-    assert pinned["ray"] == "2.60.0"
+    assert "-m zipfile -e ~/raygroups-dist/raygroups-" in setup
+    assert "pip install -q -c ~/raygroups-wheel/raygroups/constraints.txt ~/raygroups-dist/raygroups-" in setup
+    pins = shipped_constraints()
+    for requirement in map(Requirement, PYPROJECT["project"]["dependencies"]):
+        assert requirement.specifier.contains(pins[canonical(requirement.name)]), requirement
     import ray
 
-    assert pinned["ray"] == ray.__version__  # the validator used above is the cluster's own
+    assert pins["ray"] == "2.60.0" == ray.__version__  # the validator used above is the cluster's own
     # The project wheel is the exact version of pyproject.toml, both where it is copied and where installed.
     wheel = f"raygroups-{PYPROJECT['project']['version']}-py3-none-any.whl"
     assert raw["file_mounts"]["~/raygroups-dist"] == "dist"  # a directory: Ray warns about single files
@@ -295,3 +302,18 @@ def test_no_unlimited_core_dumps_and_no_install_from_a_stale_package_list(raw):
 def test_every_node_exports_counters_once(raw, commands):
     env, _, _ = ray_start(raw[commands])
     assert env.get("RAY_EXPORT_COUNTER_AS_GAUGE") == "0"
+
+
+def test_constraints_and_freeze_parsing_and_the_nodes_check():
+    from raygroups.deployment.versions import mismatches, parse_constraints, parse_freeze
+
+    assert parse_constraints("# pins\nRay==2.60.0\n\nmsgpack==1.1.0  # codec\n") == {"ray": "2.60.0",
+                                                                                  "msgpack": "1.1.0"}
+    for bad, message in (("ray>=2\n", "line 1: 'ray>=2' is not NAME==VERSION"),
+                         ("ray==2\nRay==3\n", "line 2: Ray is pinned twice"), ("==1\n", "is not NAME==VERSION")):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            parse_constraints(bad)
+    installed = parse_freeze("Ray==2.60.0\n-e git+https://x#egg=raygroups\nmsgpack==1.0.8\n")
+    assert installed == {"ray": "2.60.0", "msgpack": "1.0.8"}
+    assert mismatches({"ray": "2.60.0", "msgpack": "1.1.0", "kio": "0.6.5"}, installed) == [
+        "kio: not installed, not 0.6.5", "msgpack: 1.0.8, not 1.1.0"]

@@ -74,3 +74,16 @@ def test_import_linter_contracts_hold_on_the_installed_layout(wheel, tmp_path):
                             env={"PATH": str(Path(sys.executable).parent), "PYTHONPATH": str(site)})
     assert result.returncode == 0, result.stdout + result.stderr
     assert "BROKEN" not in result.stdout and "KEPT" in result.stdout
+
+
+def test_the_wheel_ships_the_constraints_of_the_tested_environment(wheel):
+    """raygroups/constraints.txt is in the wheel (cluster.yaml installs every node from it) and equals what
+    this environment runs (``make test`` installs from it; scripts/constraints.py --check names a drift)."""
+    from raygroups.deployment.versions import parse_constraints
+
+    with zipfile.ZipFile(wheel) as zf:
+        shipped = parse_constraints(zf.read("raygroups/constraints.txt").decode())
+    assert len(shipped) > 50 and shipped["ray"] == "2.60.0"
+    check = subprocess.run([sys.executable, str(ROOT / "scripts" / "constraints.py"), "--check"],
+                           capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
