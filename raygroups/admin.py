@@ -4,7 +4,9 @@ state), delete groups, reset and delete committed offsets; plus a deployment's h
 Everything here takes a ``GroupApi`` client (``cluster.client()`` on Ray, or
 ``raygroups.testing.InProcessCoordinator``) and plain data, so the rules are tested without Ray; the CLI
 (``raygroups groups|offsets|status``) only parses, calls and prints. Bad input raises ``AdminError`` with
-one sentence and changes nothing: every check runs before the first write.
+one sentence and changes nothing: every check runs before the first write. A deployment that does not
+answer within the caller's ``timeout_s`` (or whose coordinator of the group stays unavailable) raises
+``Unreachable``, an ``AdminError`` the CLI tells apart by its exit code.
 
 The coordinator keeps committed offsets, not the topics' data, so log-end offsets (lag, ``--to-latest``)
 come from a ``raygroups.Source`` when the caller has one (``--source module:attr``), as Kafka's tool asks
@@ -33,6 +35,16 @@ REQUEST_TIMEOUT_S = 60.0
 
 class AdminError(Exception):
     """A request that cannot be carried out; the message is one sentence for the user. Nothing changed."""
+
+
+class UnknownGroupError(AdminError):
+    """The group has neither members nor committed offsets (Kafka's tool: "does not exist")."""
+
+
+class Unreachable(AdminError):
+    """The deployment did not answer in time, or the coordinator of the group stayed unavailable through the
+    client's retries. Nothing is known to have changed, except where the message says a write's outcome is
+    unknown."""
 
 
 # --- topic specs and sources ---------------------------------------------------------------------------
@@ -74,31 +86,50 @@ def _start_offset(source: Source, topic: str, partition: int) -> int:
     return 0 if start is None else start(topic, partition)
 
 
-def _result(future: Any) -> Any:
-    return future.result(timeout=REQUEST_TIMEOUT_S)
+def _result(future: Any, timeout_s: float) -> Any:
+    try:
+        return future.result(timeout=timeout_s)
+    except TimeoutError:
+        future.cancel()
+        raise Unreachable(f"the deployment did not answer within {timeout_s * 1000:.0f} ms") from None
+
+
+def _check(error: Errors, what: str) -> None:
+    """A whole-request error: the coordinator's unavailability (after the client's retries) is Unreachable."""
+    if error is Errors.NONE:
+        return
+    if error.is_coordinator_error:
+        raise Unreachable(f"{what} failed: the coordinator is not available ({error.name})")
+    raise AdminError(f"{what} failed: {error.name}")
 
 
 # --- groups ------------------------------------------------------------------------------------------
-def list_groups(client: Any, states: list[str] | None = None) -> list[dict]:
-    response = _result(client.list_groups(states_filter=states or None))
-    if response.error is not Errors.NONE:
-        raise AdminError(f"listing groups failed: {response.error.name}")
+def list_groups(client: Any, states: list[str] | None = None, timeout_s: float = REQUEST_TIMEOUT_S) -> list[dict]:
+    response = _result(client.list_groups(states_filter=states or None), timeout_s)
+    _check(response.error, "listing groups")
     return sorted(({"group": g.group_id, "state": g.group_state, "protocol_type": g.protocol_type}
                    for g in response.groups), key=lambda g: g["group"])
 
 
-def _described(client: Any, group: str):
-    (described,) = _result(client.describe_groups([group]))
-    if described.error is not Errors.NONE:
-        raise AdminError(f"describing group {group!r} failed: {described.error.name}")
+def _described(client: Any, group: str, timeout_s: float):
+    (described,) = _result(client.describe_groups([group]), timeout_s)
+    _check(described.error, f"describing group {group!r}")
     return described
 
 
-def _committed(client: Any, group: str) -> dict[tuple[str, int], int]:
-    response = _result(client.fetch_offsets(group_id=group))
-    if response.error is not Errors.NONE:
-        raise AdminError(f"fetching the offsets of group {group!r} failed: {response.error.name}")
+def _committed(client: Any, group: str, timeout_s: float) -> dict[tuple[str, int], int]:
+    response = _result(client.fetch_offsets(group_id=group), timeout_s)
+    _check(response.error, f"fetching the offsets of group {group!r}")
     return {tp: po.offset for tp, po in response.offsets.items() if po.offset >= 0}
+
+
+def _existing(client: Any, group: str, timeout_s: float):
+    """The group's description and committed offsets; UnknownGroupError if it has neither."""
+    described = _described(client, group, timeout_s)
+    committed = _committed(client, group, timeout_s)
+    if described.group_state == GroupState.DEAD.value and not committed:
+        raise UnknownGroupError(f"consumer group {group!r} does not exist")
+    return described, committed
 
 
 def _assignment(member: Any, protocol_type: str) -> list[tuple[str, int]]:
@@ -112,13 +143,10 @@ def _assignment(member: Any, protocol_type: str) -> list[tuple[str, int]]:
 
 
 def describe_group(client: Any, group: str, source: Source | None = None,
-                   coordinator: dict | None = None) -> dict:
+                   coordinator: dict | None = None, timeout_s: float = REQUEST_TIMEOUT_S) -> dict:
     """A group's state, members (with their assigned partitions) and offsets (with lag when ``source``
-    gives log-end offsets). A group that does not exist raises ``AdminError``."""
-    described = _described(client, group)
-    committed = _committed(client, group)
-    if described.group_state == GroupState.DEAD.value and not committed:
-        raise AdminError(f"consumer group {group!r} does not exist")
+    gives log-end offsets). A group that does not exist raises ``UnknownGroupError``."""
+    described, committed = _existing(client, group, timeout_s)
     members = []
     owner: dict[tuple[str, int], dict] = {}
     for m in described.members:
@@ -148,20 +176,37 @@ def _end_offset(source: Source | None, topic: str, partition: int) -> int | None
     return source.end_offset(topic, partition)
 
 
-def delete_groups(client: Any, groups: list[str]) -> dict[str, str]:
-    """Kafka's DeleteGroups: each group's error name (``NONE`` when deleted)."""
-    errors = _result(client.delete_groups(list(groups)))
+def delete_groups(client: Any, groups: list[str], timeout_s: float = REQUEST_TIMEOUT_S) -> dict[str, str]:
+    """Kafka's DeleteGroups: each group's error name (``NONE`` when deleted). On a timeout the outcome of
+    each group is unknown (the request may have been carried out)."""
+    if not groups:
+        return {}
+    try:
+        errors = _result(client.delete_groups(list(groups)), timeout_s)
+    except Unreachable as e:
+        raise Unreachable(f"{e}: whether the groups were deleted is unknown") from None
     return {g: errors[g].name for g in groups}
 
 
 # --- offsets -----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ResetStrategy:
-    """Exactly one of Kafka's reset scenarios: ``earliest``, ``latest``, ``offset`` (value),
-    ``shift`` (value, may be negative) or ``datetime`` (value: epoch milliseconds)."""
+    """Exactly one of Kafka's reset scenarios (ConsumerGroupCommand.prepareOffsetsToReset): ``earliest``,
+    ``latest``, ``current``, ``offset`` (value), ``shift`` (value, may be negative), ``datetime`` and
+    ``duration`` (value: the epoch milliseconds to look up; ``duration`` is now minus the duration), or
+    ``file`` (``offsets``: the ``(topic, partition, offset)`` of every partition to reset)."""
 
     kind: str
     value: int | None = None
+    offsets: tuple[tuple[str, int, int], ...] = ()
+
+
+# The option that asks for each strategy, for the messages.
+STRATEGY_OPTIONS = {"earliest": "--to-earliest", "latest": "--to-latest", "current": "--to-current",
+                    "offset": "--to-offset", "shift": "--shift-by", "datetime": "--to-datetime",
+                    "duration": "--by-duration", "file": "--from-file"}
+# Those that look the data up: the log end, or the offset of a time.
+_NEEDS_SOURCE = ("latest", "datetime", "duration")
 
 
 def parse_datetime_ms(text: str) -> int:
@@ -175,51 +220,92 @@ def parse_datetime_ms(text: str) -> int:
     return int(when.timestamp() * 1000)
 
 
+def _check_partitions(partitions: list[tuple[str, int]], topics: dict[str, int]) -> None:
+    """Every partition must be one of the deployment's topic registry: commits to anything else are refused
+    per partition (UNKNOWN_TOPIC_OR_PARTITION), so a reset naming it would half-apply."""
+    for topic, p in partitions:
+        count = topics.get(topic)
+        if count is None:
+            raise _unregistered(topic)
+        if p >= count:
+            raise AdminError(f"topic {topic!r} has {count} partition(s) (0..{count - 1}); partition {p} does not "
+                             f"exist")
+
+
+def _unregistered(topic: str) -> AdminError:
+    return AdminError(f"topic {topic!r} is not registered in this deployment (cluster.create_topic)")
+
+
 def _target_partitions(specs: list[TopicSpec], topics: dict[str, int]) -> list[tuple[str, int]]:
-    """The partitions ``specs`` name, checked against the deployment's topic registry: commits to anything
-    else are refused per partition (UNKNOWN_TOPIC_OR_PARTITION), so a reset naming it would half-apply."""
+    """The partitions ``specs`` name, checked against the deployment's topic registry."""
     out: list[tuple[str, int]] = []
     for spec in specs:
         count = topics.get(spec.topic)
         if count is None:
-            raise AdminError(f"topic {spec.topic!r} is not registered in this deployment (cluster.create_topic)")
-        partitions = range(count) if spec.partitions is None else spec.partitions
-        for p in partitions:
-            if p >= count:
-                raise AdminError(f"topic {spec.topic!r} has {count} partition(s) (0..{count - 1}); "
-                                 f"partition {p} does not exist")
-            out.append((spec.topic, p))
-    return sorted(set(out))
+            raise _unregistered(spec.topic)
+        out.extend((spec.topic, p) for p in (range(count) if spec.partitions is None else spec.partitions))
+    out = sorted(set(out))
+    _check_partitions(out, topics)
+    return out
 
 
-def plan_reset(client: Any, group: str, specs: list[TopicSpec], strategy: ResetStrategy,
-               topics: dict[str, int], source: Source | None = None) -> list[dict]:
-    """The new offset of every named partition (Kafka's ConsumerGroupCommand.prepareOffsetsToReset);
-    raises ``AdminError`` before anything is written when the reset cannot be done."""
-    if not specs:
-        raise AdminError("name at least one --topic to reset")
+def plan_reset(client: Any, group: str, specs: list[TopicSpec] | None, strategy: ResetStrategy,
+               topics: dict[str, int], source: Source | None = None, *, all_topics: bool = False,
+               timeout_s: float = REQUEST_TIMEOUT_S) -> list[dict]:
+    """The new offset of every partition in scope (Kafka's ConsumerGroupCommand.prepareOffsetsToReset):
+    ``specs`` (``--topic``), or with ``all_topics`` every partition the group has committed offsets for, or
+    with a ``file`` strategy the file's partitions. Raises ``AdminError`` before anything is written when
+    the reset cannot be done."""
+    option = STRATEGY_OPTIONS.get(strategy.kind)
+    if option is None:
+        raise AdminError(f"unknown reset strategy {strategy.kind!r}")
+    if strategy.kind == "file":
+        if specs or all_topics:
+            raise AdminError("--from-file takes its partitions from the file: give neither --topic nor --all-topics")
+        if not strategy.offsets:
+            raise AdminError("--from-file: the file names no partition")
+    elif bool(specs) == all_topics:
+        raise AdminError("name the partitions to reset: --topic (at least one) or --all-topics, one of the two")
     if strategy.kind == "offset" and (strategy.value is None or strategy.value < 0):
         raise AdminError(f"--to-offset must be >= 0, got {strategy.value}")
-    described = _described(client, group)
-    committed = _committed(client, group)
-    if described.group_state == GroupState.DEAD.value and not committed:
-        raise AdminError(f"consumer group {group!r} does not exist")
+    described, committed = _existing(client, group, timeout_s)
     if described.group_state not in RESETTABLE_STATES:
         raise AdminError(f"assignments can only be reset if the group {group!r} is inactive, but the current state "
                          f"is {described.group_state}")
-    if strategy.kind in ("latest", "datetime") and source is None:
-        raise AdminError(f"--to-{strategy.kind} needs the topics' data: pass --source MODULE:ATTR")
+    if strategy.kind in _NEEDS_SOURCE and source is None:
+        raise AdminError(f"{option} needs the topics' data: pass --source MODULE:ATTR")
+    requested = {(t, p): offset for t, p, offset in strategy.offsets}
+    if strategy.kind == "file":
+        partitions = sorted(requested)
+        _check_partitions(partitions, topics)
+    elif all_topics:
+        # Kafka's getPartitionsToReset: --all-topics is every partition with a committed offset.
+        partitions = sorted(committed)
+        if not partitions:
+            raise AdminError(f"group {group!r} has no committed offsets: --all-topics names no partition")
+        _check_partitions(partitions, topics)
+    else:
+        partitions = _target_partitions(specs or [], topics)
     plan = []
-    for topic, p in _target_partitions(specs, topics):
+    for topic, p in partitions:
         current = committed.get((topic, p))
         low = _start_offset(source, topic, p) if source is not None else 0
         high = _end_offset(source, topic, p)
-        if high is None and strategy.kind in ("latest", "datetime"):
-            raise AdminError(f"--to-{strategy.kind}: the source has no data for {topic}:{p}")
+        if high is None and strategy.kind in _NEEDS_SOURCE:
+            raise AdminError(f"{option}: the source has no data for {topic}:{p}")
         match strategy.kind:
             case "earliest":
                 new = low
             case "latest":
+                new = high
+            case "current":
+                if current is not None:
+                    # Kafka's resetToCurrent: the committed offset itself, not moved into the data's range.
+                    plan.append({"topic": topic, "partition": p, "current_offset": current, "new_offset": current})
+                    continue
+                if high is None:
+                    raise AdminError(f"--to-current: the group has no committed offset on {topic}:{p}, and its "
+                                     f"log end (Kafka's fallback) needs --source MODULE:ATTR")
                 new = high
             case "offset":
                 new = strategy.value
@@ -228,10 +314,10 @@ def plan_reset(client: Any, group: str, specs: list[TopicSpec], strategy: ResetS
                     raise AdminError(f"cannot shift the offset of {topic}:{p}: the group has no committed offset "
                                      f"there")
                 new = current + strategy.value
-            case "datetime":
-                new = _offset_for_time(source, topic, p, strategy.value)
-            case other:
-                raise AdminError(f"unknown reset strategy {other!r}")
+            case "datetime" | "duration":
+                new = _offset_for_time(source, topic, p, strategy.value, option)
+            case "file":
+                new = requested[(topic, p)]
         # Kafka's checkOffsetsRange: a target outside the partition's data is moved to its nearest end.
         new = max(new, low)
         if high is not None:
@@ -240,44 +326,52 @@ def plan_reset(client: Any, group: str, specs: list[TopicSpec], strategy: ResetS
     return plan
 
 
-def _offset_for_time(source: Source, topic: str, partition: int, timestamp_ms: int) -> int:
+def _offset_for_time(source: Source, topic: str, partition: int, timestamp_ms: int, option: str) -> int:
     lookup = getattr(source, "offset_for_time", None)
     if lookup is None:
-        raise AdminError(f"--to-datetime needs a source with offset_for_time(topic, partition, timestamp_ms); "
+        raise AdminError(f"{option} needs a source with offset_for_time(topic, partition, timestamp_ms); "
                          f"{type(source).__name__} has none")
     found = lookup(topic, partition, timestamp_ms)
     # Kafka's offsetsForTimes answers nothing past the last record: the log end then.
     return source.end_offset(topic, partition) if found is None else found
 
 
-def execute_reset(client: Any, group: str, plan: list[dict]) -> dict[tuple[str, int], str]:
+def execute_reset(client: Any, group: str, plan: list[dict],
+                  timeout_s: float = REQUEST_TIMEOUT_S) -> dict[tuple[str, int], str]:
     """Commit the plan as an admin (generation -1, no member), as Kafka's alterConsumerGroupOffsets does:
     the coordinator accepts it only while the group has no members. Each partition's error name."""
     offsets = {(row["topic"], row["partition"]): (row["new_offset"], "") for row in plan}
-    response = _result(client.commit_offsets(group_id=group, offsets=offsets))
+    try:
+        response = _result(client.commit_offsets(group_id=group, offsets=offsets), timeout_s)
+    except Unreachable as e:
+        raise Unreachable(f"{e}: whether the new offsets were committed is unknown (see groups describe)") from None
     return {tp: error.name for tp, error in response.errors.items()}
 
 
-def delete_offsets(client: Any, group: str, specs: list[TopicSpec], topics: dict[str, int]) -> dict:
+def delete_offsets(client: Any, group: str, specs: list[TopicSpec], topics: dict[str, int],
+                   timeout_s: float = REQUEST_TIMEOUT_S) -> dict:
     """Kafka's OffsetDelete for the named partitions: the request's error and each partition's."""
-    committed = _committed(client, group)
-    described = _described(client, group)
-    if described.group_state == GroupState.DEAD.value and not committed:
-        raise AdminError(f"consumer group {group!r} does not exist")
+    _existing(client, group, timeout_s)
     partitions = _target_partitions(specs, topics)
-    response = _result(client.delete_offsets(group_id=group, partitions=partitions))
+    try:
+        response = _result(client.delete_offsets(group_id=group, partitions=partitions), timeout_s)
+    except Unreachable as e:
+        raise Unreachable(f"{e}: whether the offsets were deleted is unknown (see groups describe)") from None
     # A request that failed as a whole (NON_EMPTY_GROUP, the coordinator unavailable) failed every partition.
     return {"error": response.error.name,
             "partitions": {tp: response.errors.get(tp, response.error).name for tp in partitions}}
 
 
 # --- deployment health -------------------------------------------------------------------------------
-def status(cluster: Any) -> dict:
+def status(cluster: Any, timeout_s: float = REQUEST_TIMEOUT_S) -> dict:
     """Every partition (leader, epoch, replicas, ISR, the serving shard's state, pid and node), the
-    under-replicated (fewer in-sync replicas than assigned or than the replication factor) and offline ones (no leader, or no serving shard), and the groups of the serving shards
-    counted by state. Asks each shard and the controller once, so it answers while partitions are down."""
-    shards = {s["partition"]: s for s in cluster.shard_status(timeout_s=15)}
-    meta = cluster.partition_metadata() if cluster.replicated else {}
+    under-replicated (fewer in-sync replicas than assigned or than the replication factor) and offline ones
+    (no leader, or no serving shard), and the groups of the serving shards counted by state. Asks each shard
+    and the controller once, so it answers while partitions are down: a shard silent for ``timeout_s`` (at
+    most 15 s, so that a health check answers) is UNAVAILABLE; a controller silent for ``timeout_s`` raises
+    ``TimeoutError``."""
+    shards = {s["partition"]: s for s in cluster.shard_status(timeout_s=min(timeout_s, 15.0))}
+    meta = cluster.partition_metadata(timeout_s=timeout_s) if cluster.replicated else {}
     partitions = []
     for p in range(cluster.num_partitions):
         shard = shards[p]
@@ -302,4 +396,4 @@ def status(cluster: Any) -> dict:
             "offline_partitions": [p["partition"] for p in partitions if p["offline"]],
             "under_replicated_partitions": [p["partition"] for p in partitions if p["under_replicated"]],
             "groups_by_state": dict(sorted(groups.items())),
-            "nodes": cluster.nodes() if cluster.replicated else {}}
+            "nodes": cluster.nodes(timeout_s=timeout_s) if cluster.replicated else {}}

@@ -168,26 +168,26 @@ class Cluster:
                                "makes one)")
         return Directory(self.namespace).controller()
 
-    def nodes(self) -> dict[str, dict]:
+    def nodes(self, timeout_s: float = 30) -> dict[str, dict]:
         """Every coordinator node the deployment knows, by stable name: ``alive``, ``node_id`` (Ray's id of
         its current incarnation), ``labelled``, ``refused`` (why its disk is not used, or None)."""
         if not self.replicated:
             return {}
-        return ray.get(self._controller().nodes.remote(), timeout=30)
+        return ray.get(self._controller().nodes.remote(), timeout=timeout_s)
 
     def coordinator_nodes(self) -> list[str]:
         """The stable names of the alive coordinator nodes (``raygroups.io/node`` labels)."""
         return sorted(n for n, info in self.nodes().items() if info["alive"] and not info["refused"])
 
-    def partition_state(self, partition: int) -> dict:
+    def partition_state(self, partition: int, timeout_s: float = 30) -> dict:
         """``{"replicas", "leader", "leader_epoch", "isr", "partition_epoch"}`` of one partition, nodes named
         by their stable names (None until the partition exists or is recovered)."""
         check_int("partition", partition, 0, self.num_partitions - 1)
-        return ray.get(self._controller().partition_state.remote(partition), timeout=30)
+        return ray.get(self._controller().partition_state.remote(partition), timeout=timeout_s)
 
-    def partition_metadata(self) -> dict[int, dict]:
+    def partition_metadata(self, timeout_s: float = 30) -> dict[int, dict]:
         """Every partition's ``partition_state`` at once, as the controller holds it."""
-        meta = ray.get(self._controller().metadata.remote(), timeout=30)
+        meta = ray.get(self._controller().metadata.remote(), timeout=timeout_s)
         return {int(p): a for p, a in meta.items()}
 
     def partition_leaders(self) -> dict[int, str | None]:

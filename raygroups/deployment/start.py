@@ -388,6 +388,10 @@ def _check_single_node_data_dir(data_dir: str, num_partitions: int) -> None:
                          f"start_local(num_partitions={num_partitions}) would lose its groups' offsets")
 
 
+class DeploymentNotFound(ValueError):
+    """``connect`` found the Ray cluster but no deployment in the namespace."""
+
+
 def connect(address: str = "auto", namespace: str = DEFAULT_NAMESPACE) -> Cluster:
     """Attach to a running deployment (``deploy``, ``start_local``; on a ``ray up`` cluster, from any
     node or through ``address``). The defaults reach the deployment ``deploy`` makes by default."""
@@ -397,7 +401,7 @@ def connect(address: str = "auto", namespace: str = DEFAULT_NAMESPACE) -> Cluste
         ray.init(address=address, log_to_driver=False)
     deployment = kv_get_json(DEPLOYMENT_KEY, namespace)
     if deployment is None:
-        raise ValueError(f"no raygroups deployment in namespace {namespace!r}")
+        raise DeploymentNotFound(f"no raygroups deployment in namespace {namespace!r}")
     cfg = CoordinatorConfig.from_properties(deployment["config"])
     replicated = bool(deployment.get("replicated"))
     factory = None

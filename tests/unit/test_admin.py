@@ -5,6 +5,8 @@ the reset scenarios and their clamping, OffsetDelete, DeleteGroups), and bad inp
 from __future__ import annotations
 
 import datetime as dt
+from concurrent.futures import Future
+from types import SimpleNamespace
 
 import pytest
 from raygroups.coordinator.consumer_protocol import (
@@ -138,13 +140,96 @@ def test_reset_to_datetime_uses_the_sources_offsets_for_times(ctx):
     assert rows[0]["new_offset"] >= 1000  # past the last record: the log end (Kafka's offsetsForTimes gives none)
 
 
+def test_reset_to_current_all_topics_from_a_file_and_by_duration(ctx, source):
+    gen, member = _stable_member(ctx)
+    ctx.commit({(TOPIC, 0): (40, ""), (TOPIC, 1): (90, "")}, generation_id=gen, member_id=member)
+    assert ctx.leave([(member, None)]).error is Errors.NONE
+    topics = ctx.coord.topics()
+
+    def plan(strategy, specs=None, src=source, all_topics=False):
+        return {r["partition"]: (r["current_offset"], r["new_offset"])
+                for r in admin.plan_reset(ctx.coord, GROUP, specs, strategy, topics, src, all_topics=all_topics)}
+
+    # --all-topics: the partitions with a committed offset (Kafka's getPartitionsToReset).
+    assert plan(ResetStrategy("current"), all_topics=True) == {0: (40, 40), 1: (90, 90)}
+    assert plan(ResetStrategy("shift", 5), all_topics=True) == {0: (40, 45), 1: (90, 95)}
+    # --to-current where there is no committed offset: the log end (Kafka's resetToCurrent), which needs a source.
+    assert plan(ResetStrategy("current"), specs=[TopicSpec(TOPIC, None)]) == {0: (40, 40), 1: (90, 90),
+                                                                              2: (None, 100)}
+    with pytest.raises(AdminError, match="--to-current: the group has no committed offset on orders:2"):
+        plan(ResetStrategy("current"), specs=[TopicSpec(TOPIC, (2,))], src=None)
+    # --from-file: the file's partitions, moved into the data's range (Kafka's checkOffsetsRange).
+    assert plan(ResetStrategy("file", offsets=((TOPIC, 0, 7), (TOPIC, 2, 500)))) == {0: (40, 7), 2: (None, 100)}
+    assert plan(ResetStrategy("file", offsets=((TOPIC, 2, 500),)), src=None) == {2: (None, 500)}
+    # --by-duration: the time it stands for, looked up as --to-datetime's.
+    live = SyntheticSource({TOPIC: 3}, records_per_partition=None, records_per_second=10)
+    live.created_at -= 100  # 1 000 records so far
+    at_ms = int((live.created_at + 30) * 1000)
+    assert plan(ResetStrategy("duration", at_ms), specs=[TopicSpec(TOPIC, (0,))], src=live) == {0: (40, 300)}
+    assert _committed(ctx) == {(TOPIC, 0): 40, (TOPIC, 1): 90}  # planning writes nothing
+
+
+@pytest.mark.parametrize("specs, strategy, all_topics, src, message", [
+    ([TopicSpec(TOPIC, None)], ResetStrategy("current"), True, None, "--topic \\(at least one\\) or --all-topics"),
+    ([TopicSpec(TOPIC, None)], ResetStrategy("file", offsets=((TOPIC, 0, 1),)), False, None,
+     "--from-file takes its partitions from the file"),
+    (None, ResetStrategy("file", offsets=(("nope", 0, 1),)), False, None, "topic 'nope' is not registered"),
+    (None, ResetStrategy("file", offsets=((TOPIC, 3, 1),)), False, None, "partition 3 does not exist"),
+    (None, ResetStrategy("duration", 0), True, None, "--by-duration needs the topics' data"),
+    (None, ResetStrategy("sideways"), True, None, "unknown reset strategy 'sideways'"),
+])
+def test_bad_scopes_and_new_strategies_change_nothing(ctx, specs, strategy, all_topics, src, message):
+    ctx.commit({(TOPIC, 0): (40, "")})
+    before = ctx.records(0) + ctx.records(1)
+    with pytest.raises(AdminError, match=message):
+        admin.plan_reset(ctx.coord, GROUP, specs, strategy, ctx.coord.topics(), src, all_topics=all_topics)
+    assert ctx.records(0) + ctx.records(1) == before
+
+
+class _Silent:
+    """A client whose requests are never answered."""
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: Future()
+
+
+class _Unavailable:
+    """A client whose coordinator stays unavailable through its retries."""
+
+    def list_groups(self, **kwargs):
+        return _done(SimpleNamespace(error=Errors.COORDINATOR_NOT_AVAILABLE, groups=[]))
+
+    def describe_groups(self, groups):
+        return _done([SimpleNamespace(error=Errors.NOT_COORDINATOR)])
+
+
+def _done(value):
+    future = Future()
+    future.set_result(value)
+    return future
+
+
+def test_a_deployment_that_does_not_answer_in_time_is_unreachable():
+    with pytest.raises(admin.Unreachable, match="the deployment did not answer within 10 ms"):
+        admin.list_groups(_Silent(), timeout_s=0.01)
+    with pytest.raises(admin.Unreachable, match="within 10 ms: whether the new offsets were committed is unknown"):
+        admin.execute_reset(_Silent(), GROUP, [{"topic": TOPIC, "partition": 0, "new_offset": 1}], timeout_s=0.01)
+    with pytest.raises(admin.Unreachable, match="whether the groups were deleted is unknown"):
+        admin.delete_groups(_Silent(), [GROUP], timeout_s=0.01)
+    with pytest.raises(admin.Unreachable, match="the coordinator is not available \\(COORDINATOR_NOT_AVAILABLE\\)"):
+        admin.list_groups(_Unavailable())
+    with pytest.raises(admin.Unreachable, match="describing group 'group-id' failed: the coordinator is not available"):
+        admin.describe_group(_Unavailable(), GROUP)
+    assert admin.delete_groups(_Silent(), []) == {}  # nothing to ask
+
+
 @pytest.mark.parametrize("specs, strategy, src, message", [
     ([TopicSpec(TOPIC, (3,))], ResetStrategy("offset", 1), None, "has 3 partition\\(s\\) \\(0..2\\); partition 3"),
     ([TopicSpec("nope", None)], ResetStrategy("offset", 1), None, "topic 'nope' is not registered in this deployment"),
     ([TopicSpec(TOPIC, (1,))], ResetStrategy("shift", 1), None, "cannot shift the offset of orders:1"),
     ([TopicSpec(TOPIC, (0,))], ResetStrategy("latest"), None, "--to-latest needs the topics' data"),
     ([TopicSpec(TOPIC, (0,))], ResetStrategy("offset", -1), None, "--to-offset must be >= 0, got -1"),
-    ([], ResetStrategy("offset", 1), None, "name at least one --topic"),
+    ([], ResetStrategy("offset", 1), None, r"--topic \(at least one\) or --all-topics, one of the two"),
 ])
 def test_bad_reset_requests_name_the_problem_and_change_nothing(ctx, specs, strategy, src, message):
     ctx.commit({(TOPIC, 0): (40, "")})
