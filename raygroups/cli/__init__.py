@@ -1,8 +1,11 @@
 """The ``raygroups`` command line (also ``python -m raygroups``), on click with rich output: ``deploy`` here,
 the other commands in ``groups``, ``compact``, ``chaos`` and ``gateway``, what they share in ``common``.
 
-Exit codes: 0 ok, 1 error (one sentence on stderr, nothing changed), 2 usage. Every command takes
-``--json`` for machines.
+Exit codes (``common.ExitCode``): 0 ok, 1 error (one sentence on stderr, nothing changed; or a partial
+failure), 2 usage, 3 unreachable (no deployment at ``--address``/``--namespace``, a connection failure, a
+``--timeout`` passed), 4 unhealthy (``status`` only: a partition offline). Every command takes ``--json``
+for machines; with it a failure is one JSON object on stdout, ``{"error": "<sentence>", "exit_code": N}``
+(usage errors too, except those in the options of ``raygroups`` itself).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import Any
 import click
 
 from raygroups.cli import chaos, compact, gateway, groups  # noqa: F401  (each registers its commands on ``main``)
-from raygroups.cli.common import ERRORS, fail, init_ray, main, parse_config
+from raygroups.cli.common import ERRORS, ExitCode, fail, init_ray, main, parse_config
 from raygroups.deployment.cluster import DEFAULT_NAMESPACE, READY_TIMEOUT_S
 from raygroups.gateway import listeners
 
@@ -103,7 +106,7 @@ def deploy(address: str, data_dir: str, namespace: str, num_partitions: int, con
                                     advertised_host=advertised_host, source=source_spec)
         summary = deployment_summary(cluster)
     except ERRORS as e:
-        fail(e)
+        fail(e, ExitCode.UNREACHABLE if isinstance(e, ConnectionError) else ExitCode.ERROR)
     if as_json:
         click.echo(json.dumps(summary, sort_keys=True))
     else:

@@ -1,10 +1,13 @@
-"""What every ``raygroups`` command shares: the command group itself, the errors a command turns into exit
-code 1 with one sentence, and parsing ``--config KEY=VALUE``."""
+"""What every ``raygroups`` command shares: the command group itself, the exit codes, how a failure is told
+(one sentence on stderr, or with ``--json`` one JSON object on stdout), and parsing ``--config KEY=VALUE``."""
 
 from __future__ import annotations
 
+import enum
+import json
 import logging
 import sys
+from typing import NoReturn
 
 import click
 
@@ -13,10 +16,46 @@ from raygroups import __version__
 ERRORS = (ValueError, TypeError, TimeoutError, RuntimeError, ConnectionError)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class ExitCode(enum.IntEnum):
+    """Every ``raygroups`` command's exit codes (README and docs/operations.md list them)."""
+
+    OK = 0           # it did what was asked
+    ERROR = 1        # one sentence, nothing changed; or a partial failure, reported per group or partition
+    USAGE = 2        # click's: a missing or malformed option, options that exclude each other
+    UNREACHABLE = 3  # no deployment at --address/--namespace, a connection failure, --timeout passed
+    UNHEALTHY = 4    # ``status`` only: a partition is offline
+
+
+_JSON = "raygroups.json"  # ctx.meta: --json is on the command line
+
+
+class _Main(click.Group):
+    """The ``raygroups`` group: with ``--json`` on the command line, a usage error of a subcommand is one JSON
+    object on stdout too (an error in the options of ``raygroups`` itself stays click's text)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta[_JSON] = "--json" in args
+        return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as e:
+            if not ctx.meta.get(_JSON):
+                raise
+            _echo_error(e.format_message(), e.exit_code)
+            ctx.exit(e.exit_code)
+
+
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="raygroups")
 def main() -> None:
-    """raygroups: Apache Kafka's consumer-group coordinator as an actor system on Ray."""
+    """raygroups: Apache Kafka's consumer-group coordinator as an actor system on Ray.
+
+    Exit codes: 0 ok, 1 error (nothing changed, or a partial failure), 2 usage, 3 unreachable (no deployment,
+    a connection failure, --timeout passed), 4 unhealthy (status: a partition offline). With --json, a
+    failure is one JSON object on stdout: {"error": "<sentence>", "exit_code": N}.
+    """
 
 
 def parse_config(items: tuple[str, ...]) -> dict[str, int | bool]:
@@ -44,6 +83,21 @@ def init_ray(address: str) -> None:
         ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
 
 
-def fail(error: BaseException) -> None:
-    click.echo(f"error: {error}", err=True)
-    sys.exit(1)
+def json_requested() -> bool:
+    """Whether ``--json`` is on the command line being run."""
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx is not None and ctx.meta.get(_JSON))
+
+
+def _echo_error(sentence: str, code: int) -> None:
+    # A machine reading stdout finds the error where it expects the document.
+    if json_requested():
+        click.echo(json.dumps({"error": sentence, "exit_code": int(code)}))
+    else:
+        click.echo(f"error: {sentence}", err=True)
+
+
+def fail(error: BaseException, code: ExitCode = ExitCode.ERROR) -> NoReturn:
+    """Tell ``error`` in one sentence (JSON with ``--json``) and exit with ``code``."""
+    _echo_error(str(error), code)
+    sys.exit(int(code))

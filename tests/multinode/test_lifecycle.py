@@ -133,7 +133,7 @@ def test_full_restart_then_every_node_lost_and_restarted_under_its_name(tmp_path
         wait_for(lambda: all(c.partition_state(p)["leader"] is None for p in range(PARTITIONS)),
                  what="every partition offline")
         code, status = _status(c)
-        assert code == 1 and status["offline_partitions"] == list(range(PARTITIONS))  # the health check fails
+        assert code == 4 and status["offline_partitions"] == list(range(PARTITIONS))  # the health check fails
         assert all(c.partition_state(p)["isr"] == [last] for p in range(PARTITIONS))
         assert "offline partitions" in c.readiness()["waiting_for"]
         assert all(s["state"] != "ACTIVE" for s in c.shard_status(timeout_s=5))

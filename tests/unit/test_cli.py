@@ -3,6 +3,8 @@ sentence naming what is wrong -- before Ray is touched. (Deploying for real: tes
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
 
@@ -165,3 +167,155 @@ def test_a_watch_round_that_fails_is_reported_and_the_watch_goes_on(monkeypatch,
     assert '"run_id": "r2"' in second and '"ok": true' in second
     answers[:] = [CompactionReport([{"partition": 0, "ok": True}], snapshot_path="s"), RuntimeError("lost")]
     assert compact.watch_rounds(None, None, None, True, False, 1.0, 0.5, 2) == 1  # the last round failed
+
+
+# --- raygroups groups|offsets|status without a deployment: parsing, usage, exit codes -----------------------
+@pytest.mark.parametrize(("text", "ms"), [
+    ("P1DT2H", 93_600_000), ("PT30M", 1_800_000), ("PT0.5S", 500), ("pt1,25s", 1_250), ("P2D", 172_800_000),
+    ("PT1H30M15S", 5_415_000), ("P0D", 0), ("P36500D", 36_500 * 86_400_000),
+])
+def test_by_duration_reads_isos_durations_as_java(text, ms):
+    from raygroups.cli.groups import parse_duration_ms
+
+    assert parse_duration_ms(text) == ms
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("", "'' is not an ISO-8601 duration PnDTnHnMnS"), ("P", "'P' is not an ISO-8601"), ("PT", "'PT' is not"),
+    ("P1DT", "'P1DT' is not"), ("1h", "'1h' is not"), ("P1W", "'P1W' is not"), ("P1M", "'P1M' is not"),
+    ("-PT1H", "'-PT1H' must not be negative (it is how far back from now)"), ("PT-1H", "must not be negative"),
+    ("P36501D", "'P36501D' is 3153686400000 ms; it must be at most P36500D (3153600000000 ms)"),
+])
+def test_bad_durations_name_the_format_and_the_limit(text, message):
+    from raygroups.admin import AdminError
+    from raygroups.cli.groups import parse_duration_ms
+
+    with pytest.raises(AdminError, match=re.escape(message)):
+        parse_duration_ms(text)
+
+
+def test_the_export_csv_reads_back_and_kafkas_group_format_keeps_the_groups_lines():
+    from raygroups.cli.groups import offsets_csv, parse_offsets_csv
+
+    plan = [{"topic": "orders", "partition": 0, "new_offset": 10}, {"topic": "orders", "partition": 2, "new_offset": 0}]
+    assert offsets_csv(plan) == "orders,0,10\norders,2,0\n"
+    assert parse_offsets_csv(offsets_csv(plan), "g") == (("orders", 0, 10), ("orders", 2, 0))
+    text = "g,orders,1,7\r\nother,orders,1,99\n\n g , payments , 0 , 3 \n"
+    assert parse_offsets_csv(text, "g") == (("orders", 1, 7), ("payments", 0, 3))
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("", "F: the file has no offsets (expected topic,partition,offset lines, as --export writes)"),
+    ("orders,0,1\norders,1\n", "F line 2: expected topic,partition,offset (or group,topic,partition,offset), got 2"),
+    ("orders,0,1\ng,orders,1,2\n", "F line 2: 4 fields, but the first line has 3 (one format per file)"),
+    ("orders,0,1\n\norders,1,-5\n", "F line 3: offset -5 is negative; it must be 0..9223372036854775807"),
+    ("orders,x,1\n", "F line 1: partition 'x' is not a whole number (0..2147483647)"),
+    ("orders,2147483648,1\n", "F line 1: partition 2147483648 is larger than 2147483647"),
+    ("orders,0,9223372036854775808\n", "F line 1: offset 9223372036854775808 is larger than 9223372036854775807"),
+    (",0,1\n", "F line 1: a topic name must be 1..249 characters, got 0"),
+    ("orders,0,1\norders,0,2\n", "F line 2: orders:0 is already on line 1"),
+    ("other,orders,0,1\nthird,orders,0,1\n", "F: no offsets for group 'g' (the file's lines are for 'other', 'third')"),
+    ("topic,partition,offset\n", "F line 1: partition 'partition' is not a whole number"),
+])
+def test_bad_reset_files_name_the_line_and_the_limit(text, message):
+    from raygroups.admin import AdminError
+    from raygroups.cli.groups import parse_offsets_csv
+
+    with pytest.raises(AdminError, match=re.escape(message)):
+        parse_offsets_csv(text, "g", "F")
+
+
+def test_the_assignment_column_is_kafkas():
+    from raygroups.cli.groups import assignment_cell
+
+    assert assignment_cell([["payments", 2], ["orders", 1], ["orders", 0]]) == "orders(0,1), payments(2)"
+    assert assignment_cell([]) == "-"
+
+
+def test_exit_codes_are_one_registry_and_the_readme_lists_them():
+    from pathlib import Path
+
+    from raygroups.cli.common import ExitCode
+
+    assert [(c.name, int(c)) for c in ExitCode] == [("OK", 0), ("ERROR", 1), ("USAGE", 2), ("UNREACHABLE", 3),
+                                                    ("UNHEALTHY", 4)]
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    for code in ExitCode:
+        assert re.search(rf"^\| {int(code)} \| {code.name.lower()}", readme, re.M), code
+
+
+@pytest.fixture
+def no_deployment(monkeypatch):
+    """The operator's commands never reach a deployment here: each attempt is recorded."""
+    from raygroups.cli import groups
+
+    connections = []
+    monkeypatch.setattr(groups, "_connect", lambda *a: connections.append(a))
+    return connections
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("groups", "describe"), "name the groups (GROUP...) or give --all-groups, got neither"),
+    (("groups", "describe", "g", "--all-groups"), "name the groups (GROUP...) or give --all-groups, not both"),
+    (("groups", "delete"), "got neither"),
+    (("groups", "delete", "g", "--all-groups"), "not both"),
+    (("offsets", "reset", "g", "--to-earliest"), "--topic TOPIC[:P,...] (repeatable) or --all-topics, got neither"),
+    (("offsets", "reset", "g", "--to-earliest", "--topic", "t", "--all-topics"), "or --all-topics, not both"),
+    (("offsets", "reset", "g", "--from-file", "f.csv", "--topic", "t"), "--from-file takes its partitions from"),
+    (("offsets", "reset", "g", "--all-topics", "--to-current", "--by-duration", "PT1H"),
+     "choose exactly one of --to-earliest, --to-latest, --to-current, --to-offset, --shift-by, --to-datetime, "
+     "--by-duration, --from-file (got --to-current, --by-duration)"),
+    (("offsets", "reset", "g", "--all-topics", "--to-current", "--export", "--json"), "--export and --json exclude"),
+    (("status", "--timeout", "0"), "0 is not in the range x>=1"),
+])
+def test_usage_errors_of_the_operators_commands_exit_2(args, message, no_deployment):
+    result = run(*args)
+    assert result.exit_code == 2 and message in " ".join(result.output.split()), result.output
+    assert no_deployment == []
+
+
+def test_with_json_a_failure_is_one_json_object_on_stdout(no_deployment, tmp_path):
+    result = run("groups", "describe", "--json")
+    assert result.exit_code == 2 and result.stderr == ""
+    assert json.loads(result.stdout) == {"error": "name the groups (GROUP...) or give --all-groups, got neither",
+                                         "exit_code": 2}
+    plan = tmp_path / "plan.csv"
+    plan.write_text("orders,0,10\norders,1,-1\n")
+    result = run("offsets", "reset", "g", "--from-file", str(plan), "--json")
+    assert result.exit_code == 1 and result.stderr == ""
+    assert json.loads(result.stdout) == {
+        "error": f"--from-file {plan} line 2: offset -1 is negative; it must be 0..9223372036854775807", "exit_code": 1}
+    result = run("offsets", "reset", "g", "--from-file", str(plan))
+    assert result.exit_code == 1 and result.stdout == "" and result.stderr.startswith(f"error: --from-file {plan} ")
+    assert no_deployment == []
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--by-duration", "P1X"), "--by-duration 'P1X' is not an ISO-8601 duration PnDTnHnMnS"),
+    (("--from-file", "/nonexistent/plan.csv"), "--from-file /nonexistent/plan.csv: no such file or directory"),
+    (("--to-datetime", "yesterday"), "--to-datetime 'yesterday' is not an ISO date-time"),
+    (("--to-offset", "-1"), "--to-offset must be >= 0, got -1"),
+])
+def test_bad_reset_values_exit_1_before_connecting(args, message, no_deployment):
+    scope = () if args[0] == "--from-file" else ("--all-topics",)
+    result = run("offsets", "reset", "g", *scope, *args, "--execute")
+    assert result.exit_code == 1 and result.stderr.startswith(f"error: {message}"), result.output
+    assert result.stderr.count("\n") == 1 and no_deployment == []
+
+
+def test_no_ray_at_the_address_is_unreachable_exit_3(monkeypatch):
+    import raygroups.cli as cli
+    from raygroups.cli import groups
+
+    def refuse(address):
+        raise ConnectionError(f"could not connect to a Ray cluster at {address}")
+
+    monkeypatch.setattr(groups, "init_ray", refuse)
+    monkeypatch.setattr(cli, "init_ray", refuse)
+    result = run("status", "--address", "198.18.0.254:6379")
+    assert result.exit_code == 3 and result.stderr == "error: could not connect to a Ray cluster at 198.18.0.254:6379\n"
+    result = run("groups", "list", "--address", "198.18.0.254:6379", "--json")
+    assert result.exit_code == 3 and json.loads(result.stdout) == {
+        "error": "could not connect to a Ray cluster at 198.18.0.254:6379", "exit_code": 3}
+    result = run("deploy", "--address", "198.18.0.254:6379", "--data-dir", "/d", "--json")
+    assert result.exit_code == 3 and json.loads(result.stdout)["exit_code"] == 3
