@@ -157,7 +157,7 @@ class KafkaAdminClient(GroupApi):
     def _connection(self, host: str, port: int, deadline: float) -> BrokerConnection:
         """The open connection to ``host:port`` (opened and versions negotiated if need be)."""
         connection = self._connections.get((host, port))
-        if connection is None or connection.closed:
+        if connection is None or connection.stale():
             connection = BrokerConnection(host, port, self.client_id)
             connection.open(deadline)
             self._connections[(host, port)] = connection
@@ -168,7 +168,7 @@ class KafkaAdminClient(GroupApi):
         least loaded node). ``ConnectionError`` naming every address if none does: there is nobody to wait
         for."""
         for connection in self._connections.values():
-            if not connection.closed:
+            if not connection.stale():
                 return connection
         refused = []
         for host, port in self.bootstrap:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import io
+import select
 import socket
 import struct
 import time
@@ -197,7 +198,7 @@ class BrokerConnection:
     """One blocking TCP connection to a Kafka listener, one request at a time (not thread-safe: its owner
     serialises the calls). An answer is matched to its request by correlation id. After any failure or
     timeout on an open connection it is closed, since where the next answer starts is no longer known;
-    ``closed`` then says so and the owner opens a new one."""
+    ``closed`` and ``stale()`` then say so and the owner opens a new one."""
 
     def __init__(self, host: str, port: int, client_id: str) -> None:
         self.host, self.port = host, port
@@ -209,6 +210,20 @@ class BrokerConnection:
 
     @property
     def closed(self) -> bool:
+        return self._sock is None
+
+    def stale(self) -> bool:
+        """Closed, or closed by the listener while idle (Kafka's connections.max.idle.ms): an idle
+        connection has nothing to read, so anything readable (the end of the stream) makes it unusable.
+        A stale connection is closed here, before a request is sent on it."""
+        if self._sock is None:
+            return True
+        try:
+            readable, _, _ = select.select([self._sock], [], [], 0)
+        except (OSError, ValueError):
+            readable = [self._sock]
+        if readable:
+            self.close()
         return self._sock is None
 
     def close(self) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import time
 from concurrent.futures import Future
 
 import pytest
@@ -16,6 +17,7 @@ from raygroups.coordinator.requests import REQUESTS
 from raygroups import Errors, admin, gateway
 from raygroups.client.kafka_admin import KafkaAdminClient
 from raygroups.client.kafka_wire import parse_bootstrap
+from raygroups.gateway import GatewayLimits
 from raygroups.sources import SyntheticSource
 from raygroups.testing import InProcessCoordinator
 
@@ -103,8 +105,8 @@ class _Unavailable(InProcessCoordinator):
 
 
 @contextlib.contextmanager
-def _gateway(coordinator):
-    gw = gateway.start(coordinator, source=SyntheticSource({"events": 2}, records_per_partition=10))
+def _gateway(coordinator, limits=None):
+    gw = gateway.start(coordinator, source=SyntheticSource({"events": 2}, records_per_partition=10), limits=limits)
     try:
         yield gw
     finally:
@@ -141,3 +143,17 @@ def test_the_member_apis_are_refused_before_anything_is_sent():
             client.heartbeat(group_id="g", generation_id=1, member_id="m")
     finally:
         client.close()
+
+
+def test_a_connection_the_listener_closed_while_idle_is_replaced_before_the_next_request():
+    coordinator = InProcessCoordinator(num_partitions=2)
+    coordinator.commit_offsets(group_id="g", offsets={("events", 1): (9, "")}).result()
+    limits = GatewayLimits(connections_max_idle_ms=50)
+    with _gateway(coordinator, limits) as gw, KafkaAdminClient(gw.bootstrap_servers, timeout_s=10) as client:
+        assert [g.group_id for g in client.list_groups().result(timeout=20).groups] == ["g"]
+        deadline = time.monotonic() + 10
+        while gw.stats()["closed_connections"].get("idle", 0) < 1:
+            assert time.monotonic() < deadline, f"the gateway closed no idle connection: {gw.stats()}"
+            time.sleep(0.01)
+        fetched = client.fetch_offsets(group_id="g").result(timeout=20)
+        assert fetched.error is Errors.NONE and fetched.offsets[("events", 1)].offset == 9
