@@ -6,17 +6,32 @@ tests/gateway/test_kafka_admin.py."""
 from __future__ import annotations
 
 import contextlib
+import io
 import socket
+import struct
+import threading
 import time
 from concurrent.futures import Future
 
 import pytest
+from kio.index import load_response_schema
+from kio.serial import entity_writer
 from raygroups.coordinator.messages import DescribeGroupsRequest, OffsetFetchRequest
 from raygroups.coordinator.requests import REQUESTS
 
 from raygroups import Errors, admin, gateway
 from raygroups.client.kafka_admin import KafkaAdminClient
-from raygroups.client.kafka_wire import parse_bootstrap
+from raygroups.client.kafka_wire import (
+    API_VERSIONS,
+    DESCRIBE_GROUPS,
+    LIST_GROUPS,
+    OFFSET_DELETE,
+    OFFSET_FETCH,
+    BrokerConnection,
+    ProtocolError,
+    parse_bootstrap,
+    to_entity,
+)
 from raygroups.gateway import GatewayLimits
 from raygroups.sources import SyntheticSource
 from raygroups.testing import InProcessCoordinator
@@ -157,3 +172,58 @@ def test_a_connection_the_listener_closed_while_idle_is_replaced_before_the_next
             time.sleep(0.01)
         fetched = client.fetch_offsets(group_id="g").result(timeout=20)
         assert fetched.error is Errors.NONE and fetched.offsets[("events", 1)].offset == 9
+
+
+# --- versions ----------------------------------------------------------------------------------------
+def test_each_api_goes_at_the_highest_version_both_sides_speak():
+    connection = BrokerConnection("h", 1, "test")
+    connection.versions = {OFFSET_FETCH: (0, 7), LIST_GROUPS: (0, 9), DESCRIBE_GROUPS: (6, 9)}
+    assert connection.version_for(OFFSET_FETCH) == 7  # theirs is lower
+    assert connection.version_for(LIST_GROUPS) == 5  # ours is lower
+    with pytest.raises(ProtocolError, match=r"h:1 serves DescribeGroups v6\.\.v9 and this client v0\.\.v5: no "
+                                            r"version in common"):
+        connection.version_for(DESCRIBE_GROUPS)
+    with pytest.raises(ProtocolError, match=r"h:1 does not serve OffsetDelete \(absent from its ApiVersions\)"):
+        connection.version_for(OFFSET_DELETE)
+
+
+def _answer(sock, api_key: int, version: int, values: dict) -> int:
+    """Read one request frame from ``sock`` and answer it with ``values`` at ``version``; its version."""
+    (size,) = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))
+    frame = sock.recv(size, socket.MSG_WAITALL)
+    asked, version_asked, correlation_id = struct.unpack_from(">hhi", frame)
+    assert asked == api_key
+    schema = load_response_schema(api_key, version)
+    buffer = io.BytesIO()
+    entity_writer(schema.__header_schema__)(buffer, schema.__header_schema__(correlation_id=correlation_id))
+    entity_writer(schema)(buffer, to_entity(schema, values))
+    sock.sendall(struct.pack(">i", len(buffer.getvalue())) + buffer.getvalue())
+    return version_asked
+
+
+def test_a_listener_without_our_api_versions_version_is_asked_again_at_its_highest():
+    """KIP-511: a listener answers an ApiVersions version it does not speak with UNSUPPORTED_VERSION in a v0
+    body that lists its own range; the client asks again at the highest version both speak."""
+    served = {"api_keys": ({"api_key": API_VERSIONS, "min_version": 0, "max_version": 2},
+                           {"api_key": OFFSET_FETCH, "min_version": 1, "max_version": 6})}
+    asked = []
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+
+        def listener():
+            sock, _ = server.accept()
+            with sock:
+                asked.append(_answer(sock, API_VERSIONS, 0, {"error_code": Errors.UNSUPPORTED_VERSION, **served}))
+                asked.append(_answer(sock, API_VERSIONS, 2, {"error_code": Errors.NONE, "throttle_time": 0,
+                                                              **served}))
+
+        thread = threading.Thread(target=listener, daemon=True)
+        thread.start()
+        connection = BrokerConnection("127.0.0.1", server.getsockname()[1], "test")
+        connection.open(time.monotonic() + 10)
+        thread.join(10)
+    connection.close()
+    assert asked == [3, 2]
+    assert connection.versions == {API_VERSIONS: (0, 2), OFFSET_FETCH: (1, 6)}
+    assert connection.version_for(OFFSET_FETCH) == 6
