@@ -1,6 +1,7 @@
 """``raygroups groups|offsets|status``: the operator's commands, after ``kafka-consumer-groups.sh``.
 
-Each connects with ``--address`` (default ``auto``) and ``--namespace``, waits at most ``--timeout`` ms for
+Each connects with ``--address`` (default ``auto``) and ``--namespace`` -- or, ``groups`` and ``offsets``, with
+``--bootstrap-server`` to a Kafka listener of the deployment, through the Kafka protocol -- waits at most ``--timeout`` ms for
 each request to the deployment, and prints a rich table or, with ``--json``, one JSON document. Exit codes
 (``common.ExitCode``): 0 ok; 1 error (one sentence on stderr, nothing changed; or a partial failure, shown
 per group or partition); 2 usage; 3 unreachable (no Ray at ``--address``, no deployment in the namespace, a
@@ -35,15 +36,61 @@ from raygroups.deployment.cluster import DEFAULT_NAMESPACE
 DEFAULT_TIMEOUT_MS = int(admin.REQUEST_TIMEOUT_S * 1000)
 
 
-def _connection(f):
+def _ray_connection(f):
     f = click.option("--timeout", "timeout_ms", type=click.IntRange(min=1), default=DEFAULT_TIMEOUT_MS,
                      show_default=True, metavar="MS",
                      help="Wait at most MS milliseconds for each request to the deployment; then exit 3 "
                           "(Kafka's --timeout).")(f)
     f = click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True,
                      help="Ray namespace of the deployment.")(f)
-    return click.option("--address", default="auto", show_default=True,
-                        help="The Ray cluster of the deployment.")(f)
+    return click.option("--address", default=None, metavar="ADDRESS",
+                        help="The Ray cluster of the deployment (default: auto).")(f)
+
+
+def _connection(f):
+    """``_ray_connection``, or ``--bootstrap-server``: the Kafka protocol through a listener of the deployment
+    (its gateway), with no Ray client connection (Kafka's ``--bootstrap-server``)."""
+    f = click.option("--bootstrap-server", default=None, metavar="HOST:PORT[,HOST:PORT]",
+                     help="Instead of Ray: a Kafka listener of the deployment (raygroups deploy --listeners, "
+                          "or raygroups gateway), through the Kafka protocol.")(f)
+    return _ray_connection(f)
+
+
+class _Ray:
+    """The way in through Ray: the deployment's own client, its topics, its partition leaders."""
+
+    def __init__(self, cluster: Any) -> None:
+        self.cluster = cluster
+
+    def client(self) -> Any:
+        return self.cluster.client()
+
+    def topics(self) -> dict[str, int]:
+        return self.cluster.topics()
+
+    def coordinator(self, group: str, timeout_s: float) -> dict:
+        return _coordinator(self.cluster, group, timeout_s)
+
+
+class _Kafka:
+    """The way in through the Kafka protocol (``--bootstrap-server``): ``KafkaAdminClient`` to a listener; the
+    coordinator is the broker FindCoordinator names (a node's listener), its partition unknown here."""
+
+    def __init__(self, bootstrap: str, timeout_s: float) -> None:
+        from raygroups.client.kafka_admin import KafkaAdminClient
+
+        self._client = KafkaAdminClient(bootstrap, timeout_s=timeout_s, client_id="raygroups-cli")
+
+    def client(self) -> Any:
+        return self._client
+
+    def topics(self) -> dict[str, int]:
+        return self._client.topics()
+
+    def coordinator(self, group: str, timeout_s: float) -> dict:
+        found = self._client.find_coordinator(group)
+        leader = f"{found['host']}:{found['port']}" if found["error"] == "NONE" else None
+        return {"partition": None, "leader": leader}
 
 
 def _json_option(f):
@@ -57,14 +104,25 @@ def _source_option(f):
                              "offsets: lag, --to-latest, --to-datetime, --by-duration.")(f)
 
 
-def _connect(address: str, namespace: str):
+def _connect(address: str | None, namespace: str):
     from raygroups.deployment.start import DeploymentNotFound, connect
 
+    address = address or "auto"
     try:
         init_ray(address)
         return connect(address, namespace)
     except (ConnectionError, DeploymentNotFound) as e:
         raise admin.Unreachable(str(e)) from None
+
+
+def _way_in(address: str | None, namespace: str, bootstrap_server: str | None, timeout_ms: int) -> _Ray | _Kafka:
+    """Ray (``--address``/``--namespace``) or the Kafka protocol (``--bootstrap-server``), not both."""
+    if bootstrap_server is None:
+        return _Ray(_run(_connect, address, namespace))
+    if address is not None or namespace != DEFAULT_NAMESPACE:
+        raise click.UsageError("--bootstrap-server excludes --address and --namespace (a listener serves one "
+                               "deployment)")
+    return _run(_Kafka, bootstrap_server, timeout_ms / 1000)
 
 
 def _run(fn, *args: Any, **kwargs: Any) -> Any:
@@ -245,11 +303,12 @@ def groups() -> None:
               help="Only groups in this state (repeatable).")
 @_connection
 @_json_option
-def list_groups(states: tuple[str, ...], address: str, namespace: str, timeout_ms: int, as_json: bool) -> None:
+def list_groups(states: tuple[str, ...], address: str | None, namespace: str, bootstrap_server: str | None,
+                timeout_ms: int, as_json: bool) -> None:
     """Every group of the deployment, with its state."""
     canonical = [next(s for s in admin.GROUP_STATES if s.lower() == state.lower()) for state in states]
-    cluster = _run(_connect, address, namespace)
-    rows = _run(admin.list_groups, cluster.client(), canonical, timeout_s=timeout_ms / 1000)
+    way = _way_in(address, namespace, bootstrap_server, timeout_ms)
+    rows = _run(admin.list_groups, way.client(), canonical, timeout_s=timeout_ms / 1000)
     if as_json:
         _echo_json(rows)
         return
@@ -271,12 +330,13 @@ def list_groups(states: tuple[str, ...], address: str, namespace: str, timeout_m
 @_connection
 @_json_option
 def describe(group_ids: tuple[str, ...], all_groups: bool, view: str, verbose: bool, source_spec: str | None,
-             address: str, namespace: str, timeout_ms: int, as_json: bool) -> None:
+             address: str | None, namespace: str, bootstrap_server: str | None, timeout_ms: int,
+             as_json: bool) -> None:
     """Describe groups: their offsets and lag (default), members, or state."""
     _groups_or_all(group_ids, all_groups)
     source = _run(admin.load_source, source_spec)
-    cluster = _run(_connect, address, namespace)
-    described = _run(_describe_groups, cluster, group_ids, all_groups, source, timeout_ms / 1000)
+    way = _way_in(address, namespace, bootstrap_server, timeout_ms)
+    described = _run(_describe_groups, way, group_ids, all_groups, source, timeout_ms / 1000)
     if as_json:
         _echo_json(described)
         return
@@ -286,17 +346,17 @@ def describe(group_ids: tuple[str, ...], all_groups: bool, view: str, verbose: b
         _print(*_describe_view(group, view, verbose))
 
 
-def _describe_groups(cluster: Any, group_ids: tuple[str, ...], all_groups: bool, source: Any,
+def _describe_groups(way: _Ray | _Kafka, group_ids: tuple[str, ...], all_groups: bool, source: Any,
                      timeout_s: float) -> list[dict]:
-    client = cluster.client()
+    client = way.client()
     if not all_groups:
-        return [admin.describe_group(client, g, source, _coordinator(cluster, g, timeout_s), timeout_s)
+        return [admin.describe_group(client, g, source, way.coordinator(g, timeout_s), timeout_s)
                 for g in group_ids]
     described = []
     for listed in admin.list_groups(client, timeout_s=timeout_s):
         g = listed["group"]
         try:
-            described.append(admin.describe_group(client, g, source, _coordinator(cluster, g, timeout_s), timeout_s))
+            described.append(admin.describe_group(client, g, source, way.coordinator(g, timeout_s), timeout_s))
         except admin.UnknownGroupError:  # deleted since it was listed
             continue
     return described
@@ -321,7 +381,8 @@ def _describe_view(group: dict, view: str, verbose: bool = False) -> list:
     if view == "state":
         c = group["coordinator"]
         table = _table("GROUP", "COORDINATOR (PARTITION)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS")
-        table.add_row(name, f"{_cell(c['leader'])} ({c['partition']})", group["assignment_strategy"] or "-", state,
+        where = _cell(c["leader"]) + ("" if c["partition"] is None else f" ({c['partition']})")
+        table.add_row(name, where, group["assignment_strategy"] or "-", state,
                       str(len(group["members"])))
         return [table]
     if view == "members":
@@ -348,12 +409,12 @@ def _describe_view(group: dict, view: str, verbose: bool = False) -> list:
               help="Every group of the deployment (those with active members fail: NON_EMPTY_GROUP).")
 @_connection
 @_json_option
-def delete_groups(group_ids: tuple[str, ...], all_groups: bool, address: str, namespace: str, timeout_ms: int,
-                  as_json: bool) -> None:
+def delete_groups(group_ids: tuple[str, ...], all_groups: bool, address: str | None, namespace: str,
+                  bootstrap_server: str | None, timeout_ms: int, as_json: bool) -> None:
     """Delete groups that have no active members (Kafka's DeleteGroups); exit 1 if any was not deleted."""
     _groups_or_all(group_ids, all_groups)
-    cluster = _run(_connect, address, namespace)
-    client, timeout_s = cluster.client(), timeout_ms / 1000
+    way = _way_in(address, namespace, bootstrap_server, timeout_ms)
+    client, timeout_s = way.client(), timeout_ms / 1000
     names = list(group_ids) or [g["group"] for g in _run(admin.list_groups, client, timeout_s=timeout_s)]
     errors = _run(admin.delete_groups, client, names, timeout_s=timeout_s)
     if as_json:
@@ -453,7 +514,8 @@ def _check_scope(topics: tuple[str, ...], all_topics: bool, from_file: str | Non
 def reset(group: str, topics: tuple[str, ...], all_topics: bool, to_earliest: bool, to_latest: bool,
           to_current: bool, to_offset: int | None, shift_by: int | None, to_datetime: str | None,
           by_duration: str | None, from_file: str | None, dry_run: bool, execute: bool, export: bool,
-          source_spec: str | None, address: str, namespace: str, timeout_ms: int, as_json: bool) -> None:
+          source_spec: str | None, address: str | None, namespace: str, bootstrap_server: str | None,
+          timeout_ms: int, as_json: bool) -> None:
     """Reset a group's committed offsets; only while the group has no active members (Empty), as Kafka."""
     if dry_run and execute:
         raise click.UsageError("--dry-run and --execute exclude each other")
@@ -467,11 +529,11 @@ def reset(group: str, topics: tuple[str, ...], all_topics: bool, to_earliest: bo
     strategy = _run(_strategy, group, option, given[option])
     specs = _run(_topic_specs, topics)
     source = _run(admin.load_source, source_spec)
-    cluster = _run(_connect, address, namespace)
+    way = _way_in(address, namespace, bootstrap_server, timeout_ms)
     timeout_s = timeout_ms / 1000
-    plan = _run(admin.plan_reset, cluster.client(), group, specs, strategy, cluster.topics(), source,
+    plan = _run(admin.plan_reset, way.client(), group, specs, strategy, _run(way.topics), source,
                 all_topics=all_topics, timeout_s=timeout_s)
-    errors = _run(admin.execute_reset, cluster.client(), group, plan, timeout_s=timeout_s) if execute else {}
+    errors = _run(admin.execute_reset, way.client(), group, plan, timeout_s=timeout_s) if execute else {}
     for row in plan:
         row["error"] = errors.get((row["topic"], row["partition"])) if execute else None
     if as_json:
@@ -500,12 +562,12 @@ def reset(group: str, topics: tuple[str, ...], all_topics: bool, to_earliest: bo
               help="A topic, or some of its partitions (repeatable).")
 @_connection
 @_json_option
-def delete_offsets(group: str, topics: tuple[str, ...], address: str, namespace: str, timeout_ms: int,
-                   as_json: bool) -> None:
+def delete_offsets(group: str, topics: tuple[str, ...], address: str | None, namespace: str,
+                   bootstrap_server: str | None, timeout_ms: int, as_json: bool) -> None:
     """Delete a group's committed offsets of topics it does not consume (Kafka's OffsetDelete)."""
     specs = _run(_topic_specs, topics)
-    cluster = _run(_connect, address, namespace)
-    result = _run(admin.delete_offsets, cluster.client(), group, specs, cluster.topics(),
+    way = _way_in(address, namespace, bootstrap_server, timeout_ms)
+    result = _run(admin.delete_offsets, way.client(), group, specs, _run(way.topics),
                   timeout_s=timeout_ms / 1000)
     ok = result["error"] == "NONE" and all(e == "NONE" for e in result["partitions"].values())
     if as_json:
@@ -524,9 +586,9 @@ def delete_offsets(group: str, topics: tuple[str, ...], address: str, namespace:
 
 # --- status -------------------------------------------------------------------------------------------
 @main.command()
-@_connection
+@_ray_connection
 @_json_option
-def status(address: str, namespace: str, timeout_ms: int, as_json: bool) -> None:
+def status(address: str | None, namespace: str, timeout_ms: int, as_json: bool) -> None:
     """Partitions, leaders, ISR, epochs, shards and groups: a health check, exit 4 when a partition is offline
     (3 when the deployment cannot be reached)."""
     cluster = _run(_connect, address, namespace)

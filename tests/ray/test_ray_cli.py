@@ -240,3 +240,58 @@ def test_commands_on_a_namespace_without_a_deployment_are_unreachable(ray_sessio
     result = CliRunner().invoke(main, ["groups", "list", "--namespace", "no-such-deployment", "--json"])
     assert result.exit_code == 3 and result.stderr == "" and json.loads(result.stdout) == {
         "error": "no raygroups deployment in namespace 'no-such-deployment'", "exit_code": 3}
+
+
+def _kafka_cli(bootstrap, *args):
+    result = CliRunner().invoke(main, [*args, "--bootstrap-server", bootstrap])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_the_commands_through_the_kafka_protocol_answer_as_through_ray(cluster):
+    """``--bootstrap-server``: the same commands through a gateway (Kafka's protocol, no Ray client), with the
+    same answers; a listener nobody runs is unreachable (3), and the two ways in exclude each other (2)."""
+    import raygroups.gateway
+
+    cluster.create_topic("orders", 3)
+    client = cluster.client()
+    gen, member = _stable_member(client, "kg")
+    assert set(client.commit_offsets(group_id="kg", offsets={("orders", 0): (40, ""), ("orders", 1): (7, "")},
+                                     generation_id=gen, member_id=member).result(30).errors.values()) == {Errors.NONE}
+    client.commit_offsets(group_id="kidle", offsets={("orders", 2): (5, ""), ("orders", 0): (9, "")}).result(30)
+    gw = raygroups.gateway.start(cluster)
+    try:
+        bootstrap = gw.bootstrap_servers
+        for args in (("groups", "list", "--json"), ("groups", "describe", "kg", "kidle", "--offsets", "--json"),
+                     ("groups", "describe", "kg", "--members", "--json")):
+            via_ray, via_kafka = _cli(cluster, *args), _kafka_cli(bootstrap, *args)
+            assert via_ray[0] == via_kafka[0] == 0, (via_ray, via_kafka)
+            ray_doc, kafka_doc = json.loads(via_ray[1]), json.loads(via_kafka[1])
+            if args[1] == "describe":  # the coordinator: a partition's leader node vs the listener FindCoordinator names
+                for d in ray_doc + kafka_doc:
+                    d.pop("coordinator")
+            assert kafka_doc == ray_doc, args
+        code, out, _ = _kafka_cli(bootstrap, "groups", "describe", "kg", "--state")
+        assert code == 0 and bootstrap.split(",")[0] in out  # the coordinator, as FindCoordinator names it
+
+        code, out, _ = _kafka_cli(bootstrap, "offsets", "reset", "kidle", "--topic", "orders:0", "--shift-by", "-4",
+                                  "--execute", "--json")
+        assert code == 0 and [(r["partition"], r["new_offset"], r["error"]) for r in json.loads(out)["partitions"]] \
+            == [(0, 5, "NONE")]
+        code, out, _ = _kafka_cli(bootstrap, "offsets", "delete", "kidle", "--topic", "orders:2", "--json")
+        assert code == 0 and json.loads(out)["partitions"] == [{"topic": "orders", "partition": 2, "error": "NONE"}]
+        assert _offsets(client, "kidle") == {("orders", 0): 5}
+        code, out, _ = _kafka_cli(bootstrap, "groups", "delete", "kg", "kidle", "--json")
+        assert code == 1 and json.loads(out) == {"kg": "NON_EMPTY_GROUP", "kidle": "NONE"}
+
+        # Bad input: one sentence, its exit code, nothing changed.
+        code, out, _ = _kafka_cli("127.0.0.1:1", "groups", "list", "--json")
+        assert code == 3 and "127.0.0.1:1" in json.loads(out)["error"]
+        code, out, _ = _kafka_cli("no-port", "groups", "list", "--json")
+        assert code == 1 and "no-port" in json.loads(out)["error"]
+        code, _, err = _kafka_cli(bootstrap, "groups", "list", "--address", "auto")
+        assert code == 2 and "--bootstrap-server excludes --address" in err
+        result = CliRunner().invoke(main, ["status", "--bootstrap-server", bootstrap])
+        assert result.exit_code == 2 and "No such option '--bootstrap-server'" in result.stderr  # status asks the controller
+        assert _offsets(client, "kg") == {("orders", 0): 40, ("orders", 1): 7}
+    finally:
+        gw.stop()
