@@ -65,7 +65,7 @@ CLIENT_APIS: dict[int, ClientApi] = {api.key: api for api in (
 CLIENT_SOFTWARE_NAME = "raygroups"
 
 
-class ProtocolError(Exception):
+class ProtocolError(RuntimeError):
     """The listener's answer cannot be used: it is malformed, or no version of an API is spoken by both."""
 
 

@@ -65,6 +65,11 @@ _BACKOFF_MAX_S = 0.1
 # KIP-580's jitter (Kafka's ExponentialBackoff: each backoff times a random factor in [0.8, 1.2], then
 # capped): the clients of a failed-over partition do not all retry in lockstep.
 BACKOFF_JITTER = 0.2
+# A call unanswered this long asks the GCS which actor serves its partition now, and again as long as it
+# waits: Ray holds a call to an actor it is restarting (or to a paused one) until it answers, while the
+# controller may have failed the partition over to another node's shard -- whose answer is then the one to
+# wait for (Kafka's client likewise drops a request to a broker it no longer believes is the coordinator).
+MOVED_CHECK_S = 0.5
 
 
 def jittered(backoff_s: float, rng: random.Random) -> float:
@@ -85,6 +90,20 @@ class _Lane:
         self.queue: list[_Slot] = []
         self.in_flight = 0
         self.scheduled = False
+
+
+class _ShardMoved(Exception):
+    """The partition is served by another actor than the one a call waits on: the call is abandoned (the old
+    actor, deposed, can only refuse it) and sent again to the new one."""
+
+
+def _retrieve(task: asyncio.Future) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+async def _answer(ref: Any) -> Any:
+    return await ref
 
 
 class _Slot:
@@ -220,6 +239,27 @@ class RayGroupClient(GroupApi):
         with self._handles_lock:
             self._handles.pop(partition, None)
 
+    async def _unless_moved(self, partition: int, handle: Any, ref: Any) -> Any:
+        """``ref``'s answer, or ``_ShardMoved`` once the partition's shard is known to be another actor than
+        ``handle``'s (asked of the GCS every ``MOVED_CHECK_S`` while the answer does not come; a lookup that
+        fails or hangs -- the GCS away -- changes nothing: the call is still waited for)."""
+        call = asyncio.ensure_future(_answer(ref))
+        while True:
+            done, _ = await asyncio.wait({call}, timeout=MOVED_CHECK_S)
+            if done:
+                return call.result()
+            lookup = asyncio.ensure_future(asyncio.to_thread(Directory(self.namespace).shard, partition))
+            done, _ = await asyncio.wait({call, lookup}, return_when=asyncio.FIRST_COMPLETED)
+            if call in done:
+                lookup.add_done_callback(_retrieve)
+                return call.result()
+            current = None if lookup.exception() is not None else lookup.result()
+            if current is not None and current._actor_id != handle._actor_id:
+                call.add_done_callback(_retrieve)
+                with self._handles_lock:
+                    self._handles[partition] = current
+                raise _ShardMoved()
+
     # ------------------------------------------------------------------------------------------
     async def _call(self, request: Any) -> Any:
         spec = REQUESTS.spec(request)
@@ -251,7 +291,10 @@ class RayGroupClient(GroupApi):
     async def _send_one(self, partition: int, request: Any) -> Any:
         self.batch_stats["single_calls"] += 1
         try:
-            return await (await self._handle(partition)).handle.remote(request)
+            handle = await self._handle(partition)
+            return await self._unless_moved(partition, handle, handle.handle.remote(request))
+        except _ShardMoved:
+            return error_response(request, Errors.NOT_COORDINATOR)  # retried at once on the new shard
         except (ray.exceptions.RayError, ValueError):
             # The shard is dead, restarting or not yet named: a Kafka client sees NOT_COORDINATOR.
             self._forget(partition)
@@ -313,7 +356,7 @@ class RayGroupClient(GroupApi):
             self.batch_stats["calls"] += 1
             self.batch_stats["requests"] += len(requests)
             if len(requests) == 1:
-                answer(0, await handle.handle.remote(requests[0]), retry)
+                answer(0, await self._unless_moved(partition, handle, handle.handle.remote(requests[0])), retry)
             elif REQUESTS.spec(requests[0]).lane.streamed:
                 async for ref in handle.handle_stream.remote(requests):
                     answers_now: list[_Slot] = []
@@ -321,10 +364,12 @@ class RayGroupClient(GroupApi):
                         answer(i, response, answers_now)
                     self._retry_later(key, lane, answers_now)  # at once: the stream may go on for long
             else:
-                for i, response in enumerate(await handle.handle_batch.remote(requests)):
+                answers = await self._unless_moved(partition, handle, handle.handle_batch.remote(requests))
+                for i, response in enumerate(answers):
                     answer(i, response, retry)
-        except (ray.exceptions.RayError, ValueError):
-            self._forget(partition)
+        except (ray.exceptions.RayError, ValueError, _ShardMoved) as e:
+            if not isinstance(e, _ShardMoved):  # (moved: the new shard's handle is cached already)
+                self._forget(partition)
             for i, slot in enumerate(batch):
                 if not answered[i]:
                     answer(i, error_response(slot.request, Errors.NOT_COORDINATOR), retry)

@@ -188,3 +188,54 @@ def test_a_kip848_consumer_group_through_the_ray_client_survives_its_shard_resta
     assert hb(group_id="kg", member_id="b-id", member_epoch=2).result(30).error is Errors.NONE
     assert client.fetch_offsets(group_id="kg", member_id="b-id", member_epoch=2).result(30).offsets[
         ("events", 0)].offset == 9
+
+
+def test_a_call_held_by_a_deposed_shard_goes_to_the_partitions_new_shard(ray_session):
+    """Ray holds a call to an actor it restarts, or to a paused one, until that actor answers. When the
+    partition moves to another actor meanwhile (the GCS names the new shard), the client stops waiting on the
+    old one and sends the request again to the new one. The two shards are stand-ins that answer the call
+    (one never does in time); the client, the GCS and the lookup are the real ones."""
+    import asyncio
+    import uuid
+
+    import ray
+
+    from raygroups.client.ray_client import RayGroupClient
+    from raygroups.coordinator.config import CoordinatorConfig
+    from raygroups.coordinator.messages import HeartbeatResponse
+    from raygroups.deployment.seam import _shard_actor_key, kv_put
+    from tests.conditions import wait_for
+
+    @ray.remote
+    class StandIn:
+        def __init__(self, hold_s: float) -> None:
+            self.hold_s, self.calls = hold_s, 0
+
+        async def handle(self, request):
+            self.calls += 1
+            await asyncio.sleep(self.hold_s)
+            return HeartbeatResponse(Errors.NONE)
+
+        async def handle_batch(self, requests):
+            return [await self.handle(r) for r in requests]
+
+        def called(self) -> int:
+            return self.calls
+
+    namespace = f"moved-{uuid.uuid4().hex[:8]}"
+    old = StandIn.options(name="old-shard", namespace=namespace).remote(120.0)  # a held call
+    new = StandIn.options(name="new-shard", namespace=namespace).remote(0.0)
+    kv_put(_shard_actor_key(0), b"old-shard", namespace)
+    client = RayGroupClient(namespace, 1, CoordinatorConfig(request_timeout_ms=60_000))
+    try:
+        answer = client.heartbeat(group_id="g", generation_id=1, member_id="m")
+        wait_for(lambda: ray.get(old.called.remote(), timeout=30) == 1, what="the call held by the old shard")
+        kv_put(_shard_actor_key(0), b"new-shard", namespace)  # the controller moved the partition
+        assert answer.result(30).error is Errors.NONE  # long before the held call's 120 s
+        assert ray.get(new.called.remote(), timeout=30) == 1
+        assert client.heartbeat(group_id="g", generation_id=1, member_id="m").result(30).error is Errors.NONE
+        assert ray.get(new.called.remote(), timeout=30) == 2 and ray.get(old.called.remote(), timeout=30) == 1
+    finally:
+        client.close()
+        for actor in (old, new):
+            ray.kill(actor)
