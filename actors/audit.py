@@ -7,6 +7,7 @@ from raygroups.coordinator.state import DurableState
 from raygroups.offsets_log import replay
 from raygroups.offsets_log.batch import epoch_runs, records_below
 from raygroups.offsets_log.loader import state_digest
+from raygroups.offsets_log.membership import membership_changes
 
 AUDIT_ATTEMPTS = 5
 
@@ -18,20 +19,24 @@ async def replica_records(served, up_to_offset: int | None = None) -> list:
 
 async def audit(served, up_to_offset: int | None = None) -> dict:
     """The digest of the live state and of a fresh replay of this leader's log (equal unless an applied
-    record was not logged, or a logged one not applied), and the log's batches per leader epoch below
-    ``up_to_offset``. Taken between appends; again (a few times) if something was applied meanwhile."""
+    record was not logged, or a logged one not applied), the log's batches per leader epoch below
+    ``up_to_offset``, and the membership changes its whole log shows (``offsets_log.membership``: a lower
+    bound once compaction ran). Taken between appends; again (a few times) if something was applied
+    meanwhile."""
     ctx = served.ctx
     for _ in range(AUDIT_ATTEMPTS):
         async with served.writer.between_appends():
             live = state_digest(ctx.shard.state)
-            replayed, runs = await served.run_io(_replay_and_runs, ctx.log, up_to_offset)
+            replayed, runs, membership = await served.run_io(_replay_and_runs, ctx.log, up_to_offset)
             if live == state_digest(ctx.shard.state):  # nothing was applied meanwhile
                 break
     return {"partition": served.partition, "node": served.node, "leader_epoch": ctx.epoch, "live": live,
-            "replay": replayed, "log_end_offset": ctx.log.log_end_offset, "runs": runs}
+            "replay": replayed, "log_end_offset": ctx.log.log_end_offset, "runs": runs,
+            "membership": membership}
 
 
-def _replay_and_runs(plog, up_to_offset: int | None) -> tuple[str, list]:
+def _replay_and_runs(plog, up_to_offset: int | None) -> tuple[str, list, list]:
     state = DurableState()
     replay(plog, state)
-    return state_digest(state), epoch_runs(plog, up_to_offset)
+    membership = membership_changes(plog.batches(0), getattr(plog, "cleaned_offset", 0))
+    return state_digest(state), epoch_runs(plog, up_to_offset), membership

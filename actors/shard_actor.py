@@ -287,7 +287,8 @@ class CoordinatorShard:
     async def audit(self, up_to_offset: int | None = None) -> dict:
         """What a chaos run's checker compares once the workload stopped: the digest of the live state and
         of a fresh replay of this leader's log (equal unless an applied record was not logged, or a logged
-        one not applied), and the log's batches per leader epoch below ``up_to_offset``."""
+        one not applied), the log's batches per leader epoch below ``up_to_offset``, and the membership
+        changes the log shows (``offsets_log.membership``)."""
         await self._serving("audit")
         return await shard_audit.audit(self._served, up_to_offset)
 
