@@ -12,8 +12,9 @@ single-node Ray) or attaches to a deployment (``address``), then:
    ``seconds``, injected one fault after another by the nemesis (``raygroups.chaos.nemesis``), which lets the
    deployment settle (every node up, every partition fully replicated) after each;
 3. a calm end: the consumers stop (commit, leave), the probes read every partition once more, and the
-   audit asks every leader for the digests of its live state and of its log's replay, and every in-sync
-   replica for its batches per leader epoch;
+   audit asks every leader for the digests of its live state and of its log's replay and for the membership
+   changes its log records (written into the history as operations of the ``coordinator`` process), and
+   every in-sync replica for its batches per leader epoch;
 4. ``DIR/history.jsonl`` (the pinned schema), the checker's verdict, ``DIR/report.json``,
    ``DIR/timeline.png`` and ``DIR/failover-cdf.png`` (``raygroups.chaos.report``).
 
@@ -344,10 +345,37 @@ class Workload:
         return len(self.committed) >= self.options.groups * self.options.topic_partitions
 
 
-def audit(cluster: Any, t0: float) -> list[HistoryEvent]:
+COORDINATOR_PROCESS = "coordinator"
+
+
+def coordinator_events(changes: list[dict], wall_t0: float) -> list[HistoryEvent]:
+    """The membership changes a leader's log shows (``offsets_log.membership``) as operations of the
+    ``coordinator`` process: ``member-added`` / ``member-removed``, invoked and acknowledged at the run time
+    of the batch that recorded it (its wall-clock timestamp less the run's wall-clock start ``wall_t0``);
+    value: group, member, client_id, group_instance_id, generation (classic) or epoch (consumer group),
+    offset. Changes from before the run started are left out."""
+    out: list[HistoryEvent] = []
+    for c in sorted(changes, key=lambda c: c["timestamp_ms"]):
+        t = c["timestamp_ms"] / 1000.0 - wall_t0
+        if t < 0:
+            continue
+        value = {k: c[k] for k in ("group", "member", "client_id", "group_instance_id", "offset")}
+        if c["protocol"] == "classic":
+            value["generation"] = c["generation"]
+        else:
+            value["epoch"] = c["epoch"]
+        f = f"member-{c['change']}"
+        out.append((t, COORDINATOR_PROCESS, "invoke", f, value))
+        out.append((t, COORDINATOR_PROCESS, "ok", f, value))
+    return out
+
+
+def audit(cluster: Any, t0: float, wall_t0: float | None = None) -> list[HistoryEvent]:
     """The shards' own records at the end: per partition, the leader's digests and every in-sync replica's
-    batches per epoch, below the lowest log end among them."""
+    batches per epoch, below the lowest log end among them; and, with the run's wall-clock start
+    ``wall_t0``, the membership changes each leader's log shows (``coordinator_events``)."""
     log = EventLog("auditor", t0)
+    decided: list[dict] = []
     from raygroups.deployment.seam import Directory
 
     directory = Directory(cluster.namespace)
@@ -373,6 +401,7 @@ def audit(cluster: Any, t0: float) -> list[HistoryEvent]:
             log.add("info", "digest", {**value, "error": type(e).__name__})
             continue
         log.add("ok", "digest", {**value, "live": a["live"], "replay": a["replay"], "leader_epoch": a["leader_epoch"]})
+        decided.extend(a.get("membership") or [])
         log.add("invoke", "replica-log", {"partition": p, "node": a["node"] or "local"})
         log.add("ok", "replica-log", {"partition": p, "node": a["node"] or "local", "up_to": up_to, "runs": a["runs"]})
         for node in isr:
@@ -383,7 +412,7 @@ def audit(cluster: Any, t0: float) -> list[HistoryEvent]:
                 log.add("info", "replica-log", {"partition": p, "node": node, "error": type(e).__name__})
                 continue
             log.add("ok", "replica-log", {"partition": p, "node": node, "up_to": up_to, "runs": r["runs"]})
-    return log.drain()
+    return log.drain() + (coordinator_events(decided, wall_t0) if wall_t0 is not None else [])
 
 
 def write_history(path: str, events: list[HistoryEvent]) -> int:
@@ -460,6 +489,7 @@ def run(options: RunOptions, faults: list[str], view: Any) -> RunResult:
     try:
         baseline = _noop_call_ms(cluster)
         t0 = clock()
+        wall_t0 = time.time()  # the same instant on the wall clock: the coordinators' batches are timed on it
         workload = Workload(cluster, options, t0)
         nemesis = Nemesis(cluster, workload, EventLog("nemesis", t0), options.session_timeout_ms / 1000.0)
         nemesis.controller_events = ControllerEvents(cluster)
@@ -490,7 +520,7 @@ def run(options: RunOptions, faults: list[str], view: Any) -> RunResult:
             ticker.join(timeout=30)
         workload.stop()
         view.phase("audit: digests and replicas' batches per epoch")
-        events = workload.events + nemesis.events.drain() + audit(cluster, t0)
+        events = workload.events + nemesis.events.drain() + audit(cluster, t0, wall_t0)
         if cluster.replicated:
             nemesis.controller_events.write(os.path.join(options.out, "controller-events.jsonl"), nemesis.wall_t0)
         history_path = os.path.join(options.out, "history.jsonl")
