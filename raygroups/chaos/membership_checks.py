@@ -25,6 +25,16 @@ has its own, and a member that still has to revoke stays at its epoch while the 
   partitions unowned) has its first round's cause (a coordinator failover alone must not make a group
   rebalance: the new coordinator loads the members and restarts their sessions). In a consumer group a new
   member epoch means the group epoch moved, and there is no second round: every new epoch needs a cause.
+  A membership change the group's coordinator recorded in its log (process ``coordinator``:
+  ``member-added`` / ``member-removed``, read back from every leader's log by the audit at the end of a
+  run) between the acknowledgement of the previous generation and the new one (plus ``SLACK_S``) is a cause
+  too, however long before it the client-side change was: a session expiry is the coordinator's decision,
+  which no client records, and every failover restarts the members' sessions (as in Kafka), so a killed
+  consumer may be expired, and its group rebalanced, long after the window above. The coordinator's records
+  are timed on its wall clock (a batch's timestamp), converted to run time with the run's wall-clock start.
+  Compaction may have dropped older ones: they are a lower bound, so a group with neither kind of change
+  before a new generation is still a violation. Not told apart: a coordinator that wrongly expires a live
+  member after a failover records the expiry like a legitimate one, and is excused by it.
 
 Shards' records, from the audit the benchmark runs at the end (process ``auditor``):
 
@@ -199,6 +209,20 @@ def rebalance_causes(history: History) -> tuple[dict[str, list[float]], dict[str
     return causes, allowance
 
 
+COORDINATOR_CHANGES = ("member-added", "member-removed")
+
+
+def coordinator_changes(history: History) -> dict[str, list[float]]:
+    """Per group, the times of the membership changes its coordinator recorded in its log (the ``coordinator``
+    process's acknowledged ``member-added`` / ``member-removed``, which the audit reads back at the end of a
+    run: a lower bound, since compaction drops old records)."""
+    out: dict[str, list[float]] = {}
+    for op in history.operations:
+        if op.process == "coordinator" and op.f in COORDINATOR_CHANGES and op.type == "ok":
+            out.setdefault(_str(_value(op), "group", op), []).append(op.invoke.time)
+    return {g: sorted(ts) for g, ts in out.items()}
+
+
 def _owned(history: History) -> dict[tuple[str, int], set]:
     """Per (group, generation), the partitions its members' acknowledged assignments hold."""
     out: dict[tuple[str, int], set] = {}
@@ -224,6 +248,7 @@ def rebalance_on_failover(history: History, violation) -> None:
     generation after the previous generation was acknowledged) to its new generation: a rebalance that a
     consumer's loss started may finish late when coordinator failovers interrupt it."""
     causes, allowance = rebalance_causes(history)
+    decided = coordinator_changes(history)
     refused = _refusals(history)
     owned = _owned(history)
     protocol = protocols(history)
@@ -242,11 +267,20 @@ def rebalance_on_failover(history: History, violation) -> None:
             # new generation however long coordinator failovers (which lose a rebalance in flight, as in
             # Kafka) delay it.
             since = min(began - window, previous.complete.time)
-            if not any(since <= t <= seen + SLACK_S for t in causes.get(group, [])):
-                faults = [f"{ev.f} at {ev.time:.3f} s" for ev in history.faults if seen - window <= ev.time <= seen]
-                violation("rebalance-on-failover", (group, "", -1),
-                          f"group {group!r} reached {_generation_word(protocol.get(group, 'classic'))} {generation} ({op.describe()}) with no membership "
-                          f"change in the {window:g} s before it; faults then: {', '.join(faults) or 'none'}", [op])
+            if any(since <= t <= seen + SLACK_S for t in causes.get(group, [])):
+                continue
+            # A change the coordinator decided and logged (a session expiry: no client saw it) since the
+            # previous generation was acknowledged is a cause however long ago its cause was: failovers
+            # restart the members' sessions, so a dead member may be expired long after it died.
+            if any(previous.complete.time <= t <= seen + SLACK_S for t in decided.get(group, [])):
+                continue
+            faults = [f"{ev.f} at {ev.time:.3f} s" for ev in history.faults if seen - window <= ev.time <= seen]
+            violation("rebalance-on-failover", (group, "", -1),
+                      f"group {group!r} reached {_generation_word(protocol.get(group, 'classic'))} {generation} "
+                      f"({op.describe()}) with no membership change in the {window:g} s before it, nor one its "
+                      f"coordinator recorded since {_generation_word(protocol.get(group, 'classic'))} "
+                      f"{prev_generation} was acknowledged at {previous.complete.time:.3f} s; faults then: "
+                      f"{', '.join(faults) or 'none'}", [op])
 
 
 def _run(run: list | None) -> str:
