@@ -199,10 +199,10 @@ def test_a_call_held_by_a_deposed_shard_goes_to_the_partitions_new_shard(ray_ses
     import uuid
 
     import ray
-
-    from raygroups.client.ray_client import RayGroupClient
     from raygroups.coordinator.config import CoordinatorConfig
     from raygroups.coordinator.messages import HeartbeatResponse
+
+    from raygroups.client.ray_client import RayGroupClient
     from raygroups.deployment.seam import _shard_actor_key, kv_put
     from tests.conditions import wait_for
 
