@@ -114,7 +114,7 @@ def error_of(code: Any) -> Errors:
         return Errors.UNKNOWN_SERVER_ERROR
 
 
-# --- dicts into version-specific message classes (as ``gateway.wire.to_entity``) -------------------------
+# --- dicts into version-specific message classes (the gateway's too) -------------------------------------
 def to_entity(entity_type: type, values: dict) -> Any:
     return entity_type(**{name: convert(values[name]) for name, convert in _plan(entity_type) if name in values})
 
@@ -143,6 +143,10 @@ def _converter(hint: Any):
             return lambda v: ErrorCode(int(v))
         if issubclass(hint, uuid.UUID):
             return lambda v: v if isinstance(v, uuid.UUID) else uuid.UUID(int=v or 0)
+        if issubclass(hint, str):
+            # A field an older version has as non-nullable (JoinGroup's protocol name before v7): Kafka
+            # writes "" where a newer version writes null.
+            return lambda v: "" if v is None else v
     return _same
 
 

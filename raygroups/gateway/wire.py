@@ -17,17 +17,14 @@ import dataclasses
 import datetime
 import io
 import struct
-import types
-import typing
-import uuid
 from functools import cache
 from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
-from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import BufferUnderflow, DecodeError
 
+from raygroups.client.kafka_wire import to_entity
 from raygroups.gateway.frame_check import MalformedRequest, check_request
 
 _HEAD = struct.Struct(">hhi")  # api key, api version, correlation id: the same in every header version
@@ -103,50 +100,6 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, body: A
 def response(api_key: int, api_version: int, values: dict) -> Any:
     """The kio response object of ``api_key`` at ``api_version`` built from ``values``."""
     return to_entity(response_schema(api_key, api_version), values)
-
-
-# --- dicts into version-specific message classes ---------------------------------------------------
-def to_entity(entity_type: type, values: dict) -> Any:
-    kwargs = {}
-    for name, convert in _plan(entity_type):
-        if name in values:
-            kwargs[name] = convert(values[name])
-    return entity_type(**kwargs)
-
-
-@cache
-def _plan(entity_type: type) -> tuple[tuple[str, Any], ...]:
-    hints = typing.get_type_hints(entity_type)
-    return tuple((f.name, _converter(hints[f.name])) for f in dataclasses.fields(entity_type))
-
-
-def _converter(hint: Any):
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        inner = [a for a in typing.get_args(hint) if a is not type(None)]
-        convert = _converter(inner[0]) if len(inner) == 1 else _same
-        return lambda v: None if v is None else convert(v)
-    if origin is tuple:
-        item = _converter(typing.get_args(hint)[0])
-        return lambda v: tuple(item(x) for x in v)
-    if isinstance(hint, type):
-        if dataclasses.is_dataclass(hint):
-            return lambda v: v if isinstance(v, hint) else to_entity(hint, v)
-        if issubclass(hint, datetime.timedelta):
-            return lambda v: v if isinstance(v, datetime.timedelta) else datetime.timedelta(milliseconds=v)
-        if issubclass(hint, ErrorCode):
-            return lambda v: ErrorCode(int(v))
-        if issubclass(hint, uuid.UUID):
-            return lambda v: v if isinstance(v, uuid.UUID) else uuid.UUID(int=v or 0)
-        if issubclass(hint, str):
-            # A field an older version has as non-nullable (JoinGroup's protocol name before v7): Kafka
-            # writes "" where a newer version writes null.
-            return lambda v: "" if v is None else v
-    return _same
-
-
-def _same(v: Any) -> Any:
-    return v
 
 
 def ms(value: datetime.timedelta) -> int:
