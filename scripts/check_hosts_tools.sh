@@ -16,20 +16,8 @@ fi
 echo "raygroups: the test-host tests need$need: installing Debian's openssh-server, openssh-client, rsync and" \
   "iproute2 now. No service is started or enabled on this machine: the tests run their own sshd inside" \
   "network namespaces, and stop it after." >&2
-export DEBIAN_FRONTEND=noninteractive
-# Debian's maintainer scripts start and enable sshd on install; policy-rc.d (exit 101) forbids that.
-policy=/usr/sbin/policy-rc.d
-ours=""
-if [ ! -e "$policy" ]; then
-  printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod +x "$policy" && ours=1
-fi
-log=$(mktemp)
-apt-get update -qq >"$log" 2>&1 && apt-get install -y -qq openssh-server openssh-client rsync iproute2 >>"$log" 2>&1
+sh "$(dirname "$0")/apt_install_no_services.sh" openssh-server openssh-client rsync iproute2
 status=$?
-# apt's notes (debconf without apt-utils) only when something failed
-[ $status = 0 ] || cat "$log" >&2
-rm -f "$log"
-[ -n "$ours" ] && rm -f "$policy"
 # An sshd this script installed is neither running nor enabled afterwards (one that was there is untouched).
 case "$need" in
   *sshd*) command -v systemctl >/dev/null 2>&1 && systemctl disable --now ssh.service ssh.socket >/dev/null 2>&1 ;;

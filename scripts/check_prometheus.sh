@@ -11,19 +11,7 @@ if [ "$(id -u)" != "0" ]; then
 fi
 echo "raygroups: the alert-rule tests need Prometheus: installing Debian's prometheus package now (promtool and" \
   "the server, without its recommended exporters). Its service is not started nor enabled on this machine." >&2
-export DEBIAN_FRONTEND=noninteractive
-# Debian's maintainer scripts start and enable the service on install; policy-rc.d (exit 101) forbids that.
-policy=/usr/sbin/policy-rc.d
-ours=""
-if [ ! -e "$policy" ]; then
-  printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod +x "$policy" && ours=1
-fi
-log=$(mktemp)
-apt-get update -qq >"$log" 2>&1 && apt-get install -y -qq --no-install-recommends prometheus >>"$log" 2>&1
+sh "$(dirname "$0")/apt_install_no_services.sh" prometheus
 status=$?
-# apt's notes (debconf without apt-utils) only when something failed
-[ $status = 0 ] || cat "$log" >&2
-rm -f "$log"
-[ -n "$ours" ] && rm -f "$policy"
 command -v systemctl >/dev/null 2>&1 && systemctl disable --now prometheus.service >/dev/null 2>&1
 exit $status
