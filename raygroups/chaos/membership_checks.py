@@ -33,8 +33,10 @@ has its own, and a member that still has to revoke stays at its epoch while the 
   consumer may be expired, and its group rebalanced, long after the window above. The coordinator's records
   are timed on its wall clock (a batch's timestamp), converted to run time with the run's wall-clock start.
   Compaction may have dropped older ones: they are a lower bound, so a group with neither kind of change
-  before a new generation is still a violation. Not told apart: a coordinator that wrongly expires a live
-  member after a failover records the expiry like a legitimate one, and is excused by it.
+  before a new generation is still a violation. Only changes the run explains count: a member removed whose
+  consumer the run had lost (killed, paused, stopped) before, a member added for a new consumer or for one
+  whose removal was so explained. A failover that loses members, which then rejoin under new ids, or that
+  expires live members, explains nothing.
 
 Shards' records, from the audit the benchmark runs at the end (process ``auditor``):
 
@@ -212,14 +214,53 @@ def rebalance_causes(history: History) -> tuple[dict[str, list[float]], dict[str
 COORDINATOR_CHANGES = ("member-added", "member-removed")
 
 
+def _consumers_lost(history: History) -> dict[str, list[float]]:
+    """Per consumer (its process, the client id its member carries), when the run lost it: a consumer fault
+    of the nemesis (killed, paused) or the workload stopping it."""
+    out: dict[str, list[float]] = {}
+    for ev in history.faults:
+        consumer = ev.value.get("consumer")
+        if ev.f in CONSUMER_FAULTS and isinstance(consumer, str):
+            out.setdefault(consumer, []).append(ev.time)
+    for op in history.operations:
+        consumer = op.invoke.value.get("consumer")
+        if op.process == "workload" and op.f == "stop-consumer" and isinstance(consumer, str):
+            out.setdefault(consumer, []).append(op.invoke.time)
+    return out
+
+
 def coordinator_changes(history: History) -> dict[str, list[float]]:
     """Per group, the times of the membership changes its coordinator recorded in its log (the ``coordinator``
     process's acknowledged ``member-added`` / ``member-removed``, which the audit reads back at the end of a
-    run: a lower bound, since compaction drops old records)."""
+    run: a lower bound, since compaction drops old records) that something the run did explains: a member
+    removed whose consumer the run had lost (killed, paused, stopped) before, and a member added for a
+    consumer that was not a member yet, or whose last removal was such an explained one. A failover that
+    lost members, which then rejoin under new ids (removed and added again with their consumers alive), or
+    that expired live members, explains nothing: its rebalance stays a violation."""
+    lost = _consumers_lost(history)
+    # Whose member is it: the consumer (process) whose assignments carried the member id; a record's client
+    # id otherwise (a KIP-848 member's records carry none). Unknown (never assigned): taken as explained.
+    consumer_of = {(_str(_value(op), "group", op), _value(op).get("member")): op.process
+                   for op in history.operations if op.f == "assign" and op.type == "ok"}
+    ops = sorted((op for op in history.operations
+                  if op.process == "coordinator" and op.f in COORDINATOR_CHANGES and op.type == "ok"),
+                 key=lambda op: op.invoke.time)
     out: dict[str, list[float]] = {}
-    for op in history.operations:
-        if op.process == "coordinator" and op.f in COORDINATOR_CHANGES and op.type == "ok":
-            out.setdefault(_str(_value(op), "group", op), []).append(op.invoke.time)
+    removed_for_cause: dict[tuple[str, str], bool] = {}  # (group, client) -> how its last removal went
+    for op in ops:
+        value = _value(op)
+        group, t = _str(value, "group", op), op.invoke.time
+        client = consumer_of.get((group, value.get("member"))) or value.get("client_id") or None
+        if client is None:
+            explained = True
+        elif op.f == "member-removed":
+            explained = any(when <= t + SLACK_S for when in lost.get(client, ()))
+            removed_for_cause[(group, client)] = explained
+        else:
+            explained = removed_for_cause.get((group, client), True)
+            removed_for_cause.pop((group, client), None)
+        if explained:
+            out.setdefault(group, []).append(t)
     return {g: sorted(ts) for g, ts in out.items()}
 
 

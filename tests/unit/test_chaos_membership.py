@@ -209,3 +209,26 @@ def test_a_late_new_epoch_with_no_coordinator_record_is_a_violation():
 def test_a_coordinator_record_of_another_group_is_no_cause():
     result = _r600d("chaos-group-0").check()
     assert invariants(result) == ["rebalance-on-failover"] and "member epoch 11" in result.violations[0].message
+
+
+def _lost_by_the_coordinator(rejoin: bool) -> H:
+    """Two live consumers of a classic group at generation 3; the coordinator fails over and loses them:
+    it records both removed (and, with ``rejoin``, added again under new ids), and the group reaches
+    generation 4 -- with no consumer killed, paused or stopped."""
+    h = H().start("c1", group="g").start("c2", group="g")
+    h.assign("c1", "m1", 3, [0], group="g").assign("c2", "m2", 3, [1], group="g").wait(40)
+    h.fault("leader-flap", partition=0).wait(3)
+    for member, client in (("m1", "c1"), ("m2", "c2")):
+        h.op("coordinator", "member-removed", group="g", member=member, client_id=client, group_instance_id=None,
+             offset=10, generation=4)
+        if rejoin:
+            h.op("coordinator", "member-added", group="g", member=member + "-again", client_id=client,
+                 group_instance_id=None, offset=10, generation=4)
+    return h.assign("c1", "m1-again", 4, [0], group="g").assign("c2", "m2-again", 4, [1], group="g")
+
+
+def test_members_a_failover_lost_explain_nothing_whether_or_not_they_rejoin():
+    for rejoin in (False, True):
+        result = _lost_by_the_coordinator(rejoin).check()
+        assert invariants(result) == ["rebalance-on-failover"], rejoin
+        assert "generation 4" in result.violations[0].message
