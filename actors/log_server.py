@@ -209,6 +209,7 @@ class LogServer:
         """Take the controller's latest state of ``partition``: persist it with the fence at its leader
         epoch, then act on it (release the replica to this node's shard if it names this node leader,
         follow otherwise). A state older than the persisted one is refused; the same one is a no-op."""
+        self._start_lag_reports()
         state = validate_partition_state(state, f"state of partition {partition}")
         if self.node not in state["replicas"] and partition not in self._states:
             # Not a replica here and never was: nothing to record (the controller tells old replicas too).
@@ -432,9 +433,13 @@ class LogServer:
                     unavailable.append(p)  # for now: the standby keeps what it has
                     log.debug("node %s: no standby read of partition %d: %s", self.node, p, e)
         released = {p: t for p, t in self._released_tokens.items() if p in self._released}
+        self._start_lag_reports()
+        return {"partitions": partitions, "released": released, "unavailable": unavailable}
+
+    def _start_lag_reports(self) -> None:
+        """From this server's first partition state or standby read on (an actor's ``__init__`` has no loop)."""
         if self._lag_task is None and self._lag_metrics.live:
             self._lag_task = asyncio.get_running_loop().create_task(self._report_standby_lags())
-        return {"partitions": partitions, "released": released, "unavailable": unavailable}
 
     def standby_lags(self) -> dict[int, int]:
         """Per partition a standby read here: the records of this replica past where it last read from (0, and
@@ -452,7 +457,10 @@ class LogServer:
 
     async def _report_standby_lags(self) -> None:
         while True:
-            self._lag_metrics.set(self.standby_lags())
+            try:
+                self._lag_metrics.set(self.standby_lags())
+            except Exception as e:  # noqa: BLE001 - a metric must never stop: the next round tries again
+                log.warning("node %s: standby lag not reported: %s: %s", self.node, type(e).__name__, e)
             await asyncio.sleep(STANDBY_LAG_REFRESH_S)
 
     def _tail_sync(self, partition: int, token: str | None, offset: int, max_bytes: int) -> dict:

@@ -4,6 +4,8 @@
 # say that those tests will be skipped. The package's service is neither started nor enabled: the tests run
 # their own Prometheus on a free port, with a data directory of their own, and stop it after.
 command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 && exit 0
+had_service=""
+[ -e /lib/systemd/system/prometheus.service ] && had_service=1
 if [ "$(id -u)" != "0" ]; then
   echo "raygroups: the alert-rule tests need promtool and prometheus (Debian's prometheus package) and root to" \
     "install them; they will be skipped." >&2
@@ -13,5 +15,6 @@ echo "raygroups: the alert-rule tests need Prometheus: installing Debian's prome
   "the server, without its recommended exporters). Its service is not started nor enabled on this machine." >&2
 sh "$(dirname "$0")/apt_install_no_services.sh" prometheus
 status=$?
-command -v systemctl >/dev/null 2>&1 && systemctl disable --now prometheus.service >/dev/null 2>&1
+# A service this script installed is neither running nor enabled afterwards (one that was there is untouched).
+[ -z "$had_service" ] && command -v systemctl >/dev/null 2>&1 && systemctl disable --now prometheus.service >/dev/null 2>&1
 exit $status

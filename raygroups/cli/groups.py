@@ -88,7 +88,10 @@ class _Kafka:
         return self._client.topics()
 
     def coordinator(self, group: str, timeout_s: float) -> dict:
-        found = self._client.find_coordinator(group)
+        try:
+            found = self._client.find_coordinator(group)
+        except (*ERRORS, AdminError):  # as through Ray: an unknown coordinator is shown "-", not an error
+            found = {"error": "UNKNOWN"}
         leader = f"{found['host']}:{found['port']}" if found["error"] == "NONE" else None
         return {"partition": None, "leader": leader}
 
@@ -122,6 +125,12 @@ def _way_in(address: str | None, namespace: str, bootstrap_server: str | None, t
     if address is not None or namespace != DEFAULT_NAMESPACE:
         raise click.UsageError("--bootstrap-server excludes --address and --namespace (a listener serves one "
                                "deployment)")
+    from raygroups.client.kafka_wire import parse_bootstrap
+
+    try:
+        parse_bootstrap(bootstrap_server)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--bootstrap-server") from None
     return _run(_Kafka, bootstrap_server, timeout_ms / 1000)
 
 

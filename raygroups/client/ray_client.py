@@ -43,7 +43,7 @@ import asyncio
 import random
 import threading
 import time
-from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from typing import Any
 
 import ray
@@ -70,6 +70,7 @@ BACKOFF_JITTER = 0.2
 # controller may have failed the partition over to another node's shard -- whose answer is then the one to
 # wait for (Kafka's client likewise drops a request to a broker it no longer believes is the coordinator).
 MOVED_CHECK_S = 0.5
+MOVED_CHECK_MAX_S = 2.0  # ... doubling while the call waits (a JoinGroup or SyncGroup may park for long)
 
 
 def jittered(backoff_s: float, rng: random.Random) -> float:
@@ -134,6 +135,10 @@ class RayGroupClient(GroupApi):
         self._handles: dict[int, Any] = {}
         self._rng = random.Random()  # the retries' jitter: each client its own
         self._handles_lock = threading.Lock()
+        # The moved-shard checks' GCS lookups: one in flight per partition, whatever waits on it, on threads of
+        # their own (a GCS away must not hold up the handles' lookups, nor grow without bound).
+        self._lookups: dict[int, asyncio.Future] = {}
+        self._lookup_pool = ThreadPoolExecutor(2, thread_name_prefix="raygroups-shard-lookup")
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="raygroups-client", daemon=True)
         self._thread.start()
@@ -151,6 +156,7 @@ class RayGroupClient(GroupApi):
             pass
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
+        self._lookup_pool.shutdown(wait=False, cancel_futures=True)
 
     async def _cancel_pending(self) -> None:
         with self._inbox_lock:
@@ -239,26 +245,40 @@ class RayGroupClient(GroupApi):
         with self._handles_lock:
             self._handles.pop(partition, None)
 
+    def _current_shard(self, partition: int) -> asyncio.Future:
+        """The GCS's answer to which actor serves ``partition`` (a lookup in flight is shared)."""
+        lookup = self._lookups.get(partition)
+        if lookup is None or lookup.done():
+            lookup = self._loop.run_in_executor(self._lookup_pool, Directory(self.namespace).shard, partition)
+            lookup.add_done_callback(_retrieve)
+            self._lookups[partition] = lookup
+        return lookup
+
     async def _unless_moved(self, partition: int, handle: Any, ref: Any) -> Any:
         """``ref``'s answer, or ``_ShardMoved`` once the partition's shard is known to be another actor than
-        ``handle``'s (asked of the GCS every ``MOVED_CHECK_S`` while the answer does not come; a lookup that
-        fails or hangs -- the GCS away -- changes nothing: the call is still waited for)."""
+        ``handle``'s (asked of the GCS after ``MOVED_CHECK_S``, then at doubling intervals up to
+        ``MOVED_CHECK_MAX_S``, while the answer does not come; a lookup that fails or hangs -- the GCS away --
+        changes nothing: the call is still waited for)."""
         call = asyncio.ensure_future(_answer(ref))
-        while True:
-            done, _ = await asyncio.wait({call}, timeout=MOVED_CHECK_S)
-            if done:
-                return call.result()
-            lookup = asyncio.ensure_future(asyncio.to_thread(Directory(self.namespace).shard, partition))
-            done, _ = await asyncio.wait({call, lookup}, return_when=asyncio.FIRST_COMPLETED)
-            if call in done:
-                lookup.add_done_callback(_retrieve)
-                return call.result()
-            current = None if lookup.exception() is not None else lookup.result()
-            if current is not None and current._actor_id != handle._actor_id:
+        try:
+            wait = MOVED_CHECK_S
+            while True:
+                done, _ = await asyncio.wait({call}, timeout=wait)
+                if done:
+                    return call.result()
+                lookup = self._current_shard(partition)
+                done, _ = await asyncio.wait({call, lookup}, return_when=asyncio.FIRST_COMPLETED)
+                if call in done:
+                    return call.result()
+                current = None if lookup.cancelled() or lookup.exception() is not None else lookup.result()
+                if current is not None and current._actor_id != handle._actor_id:
+                    with self._handles_lock:
+                        self._handles[partition] = current
+                    raise _ShardMoved()
+                wait = min(2 * wait, MOVED_CHECK_MAX_S)
+        finally:
+            if not call.done():  # abandoned (moved, or our caller cancelled): its outcome is nobody's
                 call.add_done_callback(_retrieve)
-                with self._handles_lock:
-                    self._handles[partition] = current
-                raise _ShardMoved()
 
     # ------------------------------------------------------------------------------------------
     async def _call(self, request: Any) -> Any:

@@ -287,7 +287,7 @@ def test_the_commands_through_the_kafka_protocol_answer_as_through_ray(cluster):
         code, out, _ = _kafka_cli("127.0.0.1:1", "groups", "list", "--json")
         assert code == 3 and "127.0.0.1:1" in json.loads(out)["error"]
         code, out, _ = _kafka_cli("no-port", "groups", "list", "--json")
-        assert code == 1 and "no-port" in json.loads(out)["error"]
+        assert code == 2 and "no-port" in json.loads(out)["error"]  # usage
         code, _, err = _kafka_cli(bootstrap, "groups", "list", "--address", "auto")
         assert code == 2 and "--bootstrap-server excludes --address" in err
         result = CliRunner().invoke(main, ["status", "--bootstrap-server", bootstrap])
