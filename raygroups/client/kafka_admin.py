@@ -62,6 +62,9 @@ BACKOFF_START_S = 0.1
 BACKOFF_MAX_S = 1.0
 BACKOFF_JITTER = 0.2
 GROUP_KEY_TYPE = 0  # FindCoordinator's key type of a consumer group
+# Kafka's socket.connection.setup.timeout.ms: how long one broker may take to accept a connection (and here
+# answer ApiVersions) before the next bootstrap server is tried.
+CONNECT_TIMEOUT_S = 10.0
 
 
 class KafkaAdminClient(GroupApi):
@@ -165,19 +168,27 @@ class KafkaAdminClient(GroupApi):
 
     def _any_connection(self, deadline: float) -> BrokerConnection:
         """An open connection to any broker, else the first bootstrap server that accepts one (Kafka's
-        least loaded node). ``ConnectionError`` naming every address if none does: there is nobody to wait
-        for."""
+        least loaded node), each given at most ``CONNECT_TIMEOUT_S`` (a silent one -- powered off, paused --
+        does not use up the call's time). ``ConnectionError`` naming every address if none answered one that
+        refused; ``TimeoutError`` if each was silent."""
         for connection in self._connections.values():
             if not connection.stale():
                 return connection
-        refused = []
+        failed, silent = [], 0
         for host, port in self.bootstrap:
             try:
-                return self._connection(host, port, deadline)
+                return self._connection(host, port, min(deadline, time.monotonic() + CONNECT_TIMEOUT_S))
             except ConnectFailed as e:
-                refused.append(str(e).removeprefix("cannot connect to "))
-        raise ConnectionError(f"cannot connect to the bootstrap server{'s' if len(refused) > 1 else ''} "
-                              f"{'; '.join(refused)}")
+                failed.append(str(e).removeprefix("cannot connect to "))
+            except TimeoutError as e:
+                failed.append(f"{address(host, port)} ({e})")
+                silent += 1
+            if time.monotonic() >= deadline:
+                break
+        what = f"the bootstrap server{'s' if len(failed) > 1 else ''} {'; '.join(failed)}"
+        if silent == len(failed):
+            raise TimeoutError(f"no answer in time from {what}")
+        raise ConnectionError(f"cannot connect to {what}")
 
     def _retrying(self, deadline: float, attempt: Callable[[], tuple[Any, Errors]],
                   on_retry: Callable[[], None] = lambda: None) -> Any:
@@ -190,6 +201,11 @@ class KafkaAdminClient(GroupApi):
                 result, error = attempt()
             except ConnectFailed as e:
                 refused, result, error = e, None, Errors.COORDINATOR_NOT_AVAILABLE
+            except (TimeoutError, ConnectionError):
+                # As Kafka's client after a request timeout or a dropped connection: the coordinator is
+                # looked up again by the next call (the request itself may have been carried out).
+                on_retry()
+                raise
             if not error.is_coordinator_error:
                 return result
             on_retry()

@@ -103,6 +103,22 @@ def test_a_listener_that_never_answers_is_a_timeout_naming_what_was_awaited():
                 client.describe_groups(["g"]).result(timeout=10)
 
 
+def test_a_silent_bootstrap_server_gives_way_to_the_next_one(monkeypatch):
+    """Kafka's socket.connection.setup.timeout.ms: a server that never answers (powered off, paused) is given
+    its share, then the next bootstrap server is asked, within the call's timeout."""
+    import raygroups.client.kafka_admin as kafka_admin
+
+    monkeypatch.setattr(kafka_admin, "CONNECT_TIMEOUT_S", 0.3)
+    coordinator = InProcessCoordinator(num_partitions=2)
+    coordinator.commit_offsets(group_id="g", offsets={("events", 1): (7, "")}).result()
+    with socket.socket() as silent, _gateway(coordinator) as gw:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        with KafkaAdminClient(f"127.0.0.1:{silent.getsockname()[1]},{gw.bootstrap_servers}", timeout_s=20) as client:
+            fetched = client.fetch_offsets(group_id="g").result(timeout=30)
+    assert {tp: o.offset for tp, o in fetched.offsets.items()} == {("events", 1): 7}
+
+
 class _Unavailable(InProcessCoordinator):
     """Answers the first ``failures`` DescribeGroups and OffsetFetch requests with ``error``."""
 
