@@ -4,7 +4,8 @@ a head and three coordinator nodes. Root only; about ten minutes here.
 1. the hosts come up (network, PID, mount and UTS namespaces, sshd each); the project's wheel is built;
 2. ``ray up`` with a copy of the project's ``cluster.yaml`` in which only the addresses, the SSH user and
    the key are substituted; its setup installs every dependency as the wheel's ``constraints.txt`` pins
-   it, and every node is checked to run exactly those versions; its start commands end with
+   it, and every node is checked to run exactly those versions; every Ray process and client speaks TLS
+   with a certificate ``scripts/ray_tls.sh`` made for the hosts (a client without it is refused); its start commands end with
    ``raygroups deploy``, so it leaves a running replicated deployment;
 3. through Ray client from this machine (``raygroups.connect("ray://<head>:10001")``, token auth): the demo
    workload -- a ``ConsumerGroup`` of consumer actors works through a synthetic topic and commits as it
@@ -89,9 +90,40 @@ def launcher_env() -> dict[str, str]:
     tmp = WORK / "launcher-tmp"
     tmp.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, TMPDIR=str(tmp), RAY_UP_enable_autoscaler_v2="0", RAY_USAGE_STATS_ENABLED="0",
-               RAY_AUTH_MODE="token")
+               RAY_AUTH_MODE="token", **tls_env())
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
     return env
+
+
+TLS_DIR = Path.home() / ".ray" / "raygroups-tls"
+
+
+def tls_env() -> dict[str, str]:
+    """Ray's TLS on this machine's clients, with the cluster's certificate (scripts/ray_tls.sh)."""
+    cluster = TLS_DIR / "cluster"
+    return {"RAY_USE_TLS": "1", "RAY_TLS_SERVER_CERT": str(cluster / "node.crt"),
+            "RAY_TLS_SERVER_KEY": str(cluster / "node.key"), "RAY_TLS_CA_CERT": str(cluster / "ca.crt")}
+
+
+def plaintext_refused() -> dict:
+    """A Ray client without TLS (the token alone) does not get in: the command fails or hangs, no answer."""
+    env = {k: v for k, v in launcher_env().items() if not k.startswith("RAY_TLS") and k != "RAY_USE_TLS"}
+    started = time.monotonic()
+    try:
+        done = subprocess.run([str(Path(sys.executable).parent / "raygroups"), "groups", "list", "--address",
+                               CLIENT_ADDRESS, "--json"], env=env, capture_output=True, text=True, timeout=90)
+        outcome = f"exit {done.returncode}"
+        if done.returncode == 0:
+            raise RuntimeError(f"a client without TLS was answered: {done.stdout.strip()[:300]}")
+    except subprocess.TimeoutExpired:
+        outcome = "no answer in 90 s"
+    return {"plaintext_client": outcome, "seconds": round(time.monotonic() - started, 1)}
+
+
+def make_tls_certificate() -> None:
+    """What the operator runs before `ray up` (cluster.yaml's step 3): the certificate for every host."""
+    subprocess.run(["sh", str(ROOT / "scripts" / "ray_tls.sh"), HEAD.ip, *(w.ip for w in WORKERS)], check=True,
+                   capture_output=True)
 
 
 def ray_cli(run: Run, *args: str, timeout_s: float = 900) -> None:
@@ -598,12 +630,15 @@ def main(argv: list[str] | None = None) -> int:
         run.step("prepare: the venv every host's image has", prebake_venv)
         run.step("hosts up (4 network/PID/mount/UTS namespaces with sshd)", testhosts.up)
         wheel = run.step("build the wheel", build_wheel)
+        run.step("Ray's TLS certificate for the 4 hosts (scripts/ray_tls.sh)", make_tls_certificate)
         what = "addresses, SSH user and key" + ("" if args.partitions is None else f", --partitions={args.partitions}")
         config = run.step(f"cluster.yaml copy ({what} substituted)", cluster_copy, wheel, args.partitions)
         run.facts["partitions"] = args.partitions or int(re.search(r"--partitions=(\d+)", config.read_text())[1])
         run.step("ray up", ray_cli, run, "up", "-y", "--no-config-cache", "--disable-usage-stats", str(config))
         run.facts["versions"] = run.step("every node runs the wheel's constraints.txt versions", check_node_versions)
         run.say(f"  {run.facts['versions']}")
+        run.facts["tls"] = run.step("a Ray client without TLS is refused", plaintext_refused)
+        run.say(f"  {run.facts['tls']}")
         run.facts["workload"] = run.step("workload: consumer group + 40 groups' commits, all served",
                                          client_phase, run, "workload", expected)
         run.say(f"  {run.facts['workload']}")

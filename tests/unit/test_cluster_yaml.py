@@ -317,3 +317,35 @@ def test_constraints_and_freeze_parsing_and_the_nodes_check():
     assert installed == {"ray": "2.60.0", "msgpack": "1.0.8"}
     assert mismatches({"ray": "2.60.0", "msgpack": "1.1.0", "kio": "0.6.5"}, installed) == [
         "kio: not installed, not 0.6.5", "msgpack: 1.0.8, not 1.1.0"]
+
+
+def test_every_ray_process_speaks_tls_with_the_certificate_ray_tls_sh_makes(raw, tmp_path):
+    """Ray's TLS: every start command (and raygroups deploy) sets the four variables to the mounted
+    certificate, and scripts/ray_tls.sh makes one the CA verifies, naming every address it was given."""
+    import shutil
+    import subprocess
+
+    assert raw["file_mounts"]["~/raygroups-tls"] == "~/.ray/raygroups-tls/cluster"
+    started = [c for key in ("head_start_ray_commands", "worker_start_ray_commands") for c in raw[key]
+               if "ray start" in c or "raygroups deploy" in c]
+    assert len(started) == 3
+    for command in started:
+        for var in ("RAY_USE_TLS=1", "RAY_TLS_SERVER_CERT=$HOME/raygroups-tls/node.crt",
+                    "RAY_TLS_SERVER_KEY=$HOME/raygroups-tls/node.key", "RAY_TLS_CA_CERT=$HOME/raygroups-tls/ca.crt"):
+            assert var in command, (var, command[:80])
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl")
+    script = Path(__file__).resolve().parents[2] / "scripts" / "ray_tls.sh"
+    env = {"PATH": "/usr/bin:/bin", "RAYGROUPS_TLS_DIR": str(tmp_path)}
+    assert subprocess.run(["sh", str(script)], env=env, capture_output=True).returncode == 2  # usage
+    subprocess.run(["sh", str(script), "198.18.0.10", "198.18.0.11", "node-a"], env=env, check=True,
+                   capture_output=True)
+    cluster = tmp_path / "cluster"
+    assert sorted(p.name for p in cluster.iterdir()) == ["ca.crt", "node.crt", "node.key"]  # no CA key
+    verified = subprocess.run(["openssl", "verify", "-CAfile", str(cluster / "ca.crt"), str(cluster / "node.crt")],
+                              capture_output=True, text=True)
+    assert verified.returncode == 0, verified.stderr
+    names = subprocess.run(["openssl", "x509", "-in", str(cluster / "node.crt"), "-noout", "-ext", "subjectAltName"],
+                           capture_output=True, text=True, check=True).stdout
+    assert all(n in names for n in ("IP Address:198.18.0.10", "IP Address:198.18.0.11", "DNS:node-a",
+                                    "IP Address:127.0.0.1"))
