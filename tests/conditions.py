@@ -17,21 +17,26 @@ def wait_for(condition, timeout_s=60.0, interval_s=0.05, what="condition"):
         time.sleep(interval_s)
 
 
+def metrics_endpoints() -> list[str]:
+    """``HOST:PORT`` of the metrics agent of every alive node of this Ray cluster."""
+    import ray
+
+    return [f"{n['NodeManagerAddress']}:{n['MetricsExportPort']}" for n in ray.nodes()
+            if n.get("Alive") and n.get("MetricsExportPort")]
+
+
 def scrape_metrics(prefix="ray_raygroups_"):
     """Every series named ``prefix...`` that the metrics agents of this Ray cluster's alive nodes export
     (Prometheus text format): ``[(name, {label: value}, value)]``."""
     import re
     import urllib.request
 
-    import ray
 
     line = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)')
     label = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
     out = []
-    for node in ray.nodes():
-        if not node.get("Alive") or not node.get("MetricsExportPort"):
-            continue
-        url = f"http://{node['NodeManagerAddress']}:{node['MetricsExportPort']}/metrics"
+    for endpoint in metrics_endpoints():
+        url = f"http://{endpoint}/metrics"
         try:
             with urllib.request.urlopen(url, timeout=10) as response:
                 text = response.read().decode()

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.conditions import metrics_endpoints
+
 RULES = Path(__file__).resolve().parents[1] / "deploy" / "prometheus" / "raygroups-rules.yml"
 
 
@@ -32,7 +34,7 @@ def need_prometheus() -> None:
 def start_prometheus(directory: Path) -> Prometheus | None:
     """A Prometheus over this Ray cluster's alive nodes, or None where it is not installed (a test that checks
     more than the alerts goes on without them; ``make test`` as root installs it)."""
-    return Prometheus(directory, node_targets()) if have_prometheus() else None
+    return Prometheus(directory, metrics_endpoints()) if have_prometheus() else None
 
 
 def rules_firing_at_once(path: Path) -> Path:
@@ -44,13 +46,6 @@ def rules_firing_at_once(path: Path) -> Path:
             rule.pop("for", None)
     path.write_text(yaml.safe_dump(rules))
     return path
-
-
-def node_targets() -> list[str]:
-    import ray
-
-    return [f"{n['NodeManagerAddress']}:{n['MetricsExportPort']}" for n in ray.nodes()
-            if n.get("Alive") and n.get("MetricsExportPort")]
 
 
 def _free_port() -> int:

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 from importlib.resources import files
 
-
-def canonical(name: str) -> str:
-    """PEP 503's normalized name (``Foo_Bar`` and ``foo-bar`` are one package)."""
-    return "-".join(name.replace("_", "-").replace(".", "-").lower().split("-"))
+# PEP 503's normalized name (``Foo_Bar`` and ``foo-bar`` are one package); packaging is one of Ray's own.
+from packaging.utils import canonicalize_name as canonical
 
 
 def parse_constraints(text: str) -> dict[str, str]:
