@@ -148,6 +148,12 @@ class ApiSpec:
     def lane_of(self, request: Any, partition: int) -> tuple | None:
         return None if self.lane is None else self.lane.lane(request, partition)
 
+    @property
+    def may_park(self) -> bool:
+        """Whether the shard may hold the answer back until other requests arrive (JoinGroup, SyncGroup):
+        exactly the requests whose lanes let more than one call fly (see the lanes above)."""
+        return self.lane is not None and not self.lane.one_in_flight
+
     def part_for(self, request: Any, group_ids: list) -> Any:
         """PER_GROUP: the part of ``request`` for some of its groups (those of one shard)."""
         return dataclasses.replace(request, group_ids=tuple(group_ids))

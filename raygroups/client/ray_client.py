@@ -69,8 +69,14 @@ BACKOFF_JITTER = 0.2
 # waits: Ray holds a call to an actor it is restarting (or to a paused one) until it answers, while the
 # controller may have failed the partition over to another node's shard -- whose answer is then the one to
 # wait for (Kafka's client likewise drops a request to a broker it no longer believes is the coordinator).
-MOVED_CHECK_S = 0.5
-MOVED_CHECK_MAX_S = 2.0  # ... doubling while the call waits (a JoinGroup or SyncGroup may park for long)
+# A call that never parks (a commit, a fetch, a heartbeat) asks every MOVED_CHECK_S: its answer is due at once,
+# so one that does not come means a shard in trouble, and the partition's new shard is found within this
+# much of serving (one lookup per partition is shared by every call waiting on it). A call that may park (a
+# JoinGroup or SyncGroup waits for the others) asks after PARKED_CHECK_S, then at doubling intervals up to
+# PARKED_CHECK_MAX_S.
+MOVED_CHECK_S = 0.25
+PARKED_CHECK_S = 0.5
+PARKED_CHECK_MAX_S = 2.0
 
 
 def jittered(backoff_s: float, rng: random.Random) -> float:
@@ -96,6 +102,11 @@ class _Lane:
 class _ShardMoved(Exception):
     """The partition is served by another actor than the one a call waits on: the call is abandoned (the old
     actor, deposed, can only refuse it) and sent again to the new one."""
+
+
+class _Unwanted(Exception):
+    """Every caller of a coalesced call has given up on it (cancelled, or timed out): it is no longer waited
+    for, so that the requests queued behind it in a one-in-flight lane can leave."""
 
 
 def _retrieve(task: asyncio.Future) -> None:
@@ -254,18 +265,22 @@ class RayGroupClient(GroupApi):
             self._lookups[partition] = lookup
         return lookup
 
-    async def _unless_moved(self, partition: int, handle: Any, ref: Any) -> Any:
+    async def _unless_moved(self, partition: int, handle: Any, ref: Any, parks: bool = False,
+                            wanted: Any = None) -> Any:
         """``ref``'s answer, or ``_ShardMoved`` once the partition's shard is known to be another actor than
-        ``handle``'s (asked of the GCS after ``MOVED_CHECK_S``, then at doubling intervals up to
-        ``MOVED_CHECK_MAX_S``, while the answer does not come; a lookup that fails or hangs -- the GCS away --
-        changes nothing: the call is still waited for)."""
+        ``handle``'s, asked of the GCS while the answer does not come: every ``MOVED_CHECK_S``, or for a call
+        that ``parks``, after ``PARKED_CHECK_S`` and then at doubling intervals up to ``PARKED_CHECK_MAX_S``. A
+        lookup that fails or hangs (the GCS away) changes nothing: the call is still waited for. ``wanted``
+        (optional) says whether anyone still waits for the answer; once it says no, ``_Unwanted``."""
         call = asyncio.ensure_future(_answer(ref))
         try:
-            wait = MOVED_CHECK_S
+            wait = PARKED_CHECK_S if parks else MOVED_CHECK_S
             while True:
                 done, _ = await asyncio.wait({call}, timeout=wait)
                 if done:
                     return call.result()
+                if wanted is not None and not wanted():
+                    raise _Unwanted()
                 lookup = self._current_shard(partition)
                 done, _ = await asyncio.wait({call, lookup}, return_when=asyncio.FIRST_COMPLETED)
                 if call in done:
@@ -275,9 +290,10 @@ class RayGroupClient(GroupApi):
                     with self._handles_lock:
                         self._handles[partition] = current
                     raise _ShardMoved()
-                wait = min(2 * wait, MOVED_CHECK_MAX_S)
+                if parks:
+                    wait = min(2 * wait, PARKED_CHECK_MAX_S)
         finally:
-            if not call.done():  # abandoned (moved, or our caller cancelled): its outcome is nobody's
+            if not call.done():  # abandoned (moved, unwanted, or our caller cancelled): its outcome is nobody's
                 call.add_done_callback(_retrieve)
 
     # ------------------------------------------------------------------------------------------
@@ -312,7 +328,8 @@ class RayGroupClient(GroupApi):
         self.batch_stats["single_calls"] += 1
         try:
             handle = await self._handle(partition)
-            return await self._unless_moved(partition, handle, handle.handle.remote(request))
+            parks = REQUESTS.spec(request).may_park
+            return await self._unless_moved(partition, handle, handle.handle.remote(request), parks)
         except _ShardMoved:
             return error_response(request, Errors.NOT_COORDINATOR)  # retried at once on the new shard
         except (ray.exceptions.RayError, ValueError):
@@ -375,8 +392,11 @@ class RayGroupClient(GroupApi):
             handle = await self._handle(partition)
             self.batch_stats["calls"] += 1
             self.batch_stats["requests"] += len(requests)
+            parks = REQUESTS.spec(requests[0]).may_park
+            wanted = lambda: not all(slot.future.done() for slot in batch)  # noqa: E731
             if len(requests) == 1:
-                answer(0, await self._unless_moved(partition, handle, handle.handle.remote(requests[0])), retry)
+                answer(0, await self._unless_moved(partition, handle, handle.handle.remote(requests[0]), parks,
+                                                   wanted), retry)
             elif REQUESTS.spec(requests[0]).lane.streamed:
                 async for ref in handle.handle_stream.remote(requests):
                     answers_now: list[_Slot] = []
@@ -384,11 +404,13 @@ class RayGroupClient(GroupApi):
                         answer(i, response, answers_now)
                     self._retry_later(key, lane, answers_now)  # at once: the stream may go on for long
             else:
-                answers = await self._unless_moved(partition, handle, handle.handle_batch.remote(requests))
+                answers = await self._unless_moved(partition, handle, handle.handle_batch.remote(requests), parks,
+                                                   wanted)
                 for i, response in enumerate(answers):
                     answer(i, response, retry)
-        except (ray.exceptions.RayError, ValueError, _ShardMoved) as e:
-            if not isinstance(e, _ShardMoved):  # (moved: the new shard's handle is cached already)
+        except (ray.exceptions.RayError, ValueError, _ShardMoved, _Unwanted) as e:
+            # (moved: the new shard's handle is cached already; unwanted: the shard may be fine, only slow)
+            if not isinstance(e, (_ShardMoved, _Unwanted)):
                 self._forget(partition)
             for i, slot in enumerate(batch):
                 if not answered[i]:

@@ -190,21 +190,13 @@ def test_a_kip848_consumer_group_through_the_ray_client_survives_its_shard_resta
         ("events", 0)].offset == 9
 
 
-def test_a_call_held_by_a_deposed_shard_goes_to_the_partitions_new_shard(ray_session):
-    """Ray holds a call to an actor it restarts, or to a paused one, until that actor answers. When the
-    partition moves to another actor meanwhile (the GCS names the new shard), the client stops waiting on the
-    old one and sends the request again to the new one. The two shards are stand-ins that answer the call
-    (one never does in time); the client, the GCS and the lookup are the real ones."""
+def _stand_in_shards(namespace: str, **holds: float) -> dict:
+    """Stand-in shard actors named after ``holds`` (each holds its first call that long, answers the others
+    at once with a heartbeat's NONE), and a client of a one-partition deployment in ``namespace``."""
     import asyncio
-    import uuid
 
     import ray
-    from raygroups.coordinator.config import CoordinatorConfig
     from raygroups.coordinator.messages import HeartbeatResponse
-
-    from raygroups.client.ray_client import RayGroupClient
-    from raygroups.deployment.seam import _shard_actor_key, kv_put
-    from tests.conditions import wait_for
 
     @ray.remote
     class StandIn:
@@ -213,7 +205,8 @@ def test_a_call_held_by_a_deposed_shard_goes_to_the_partitions_new_shard(ray_ses
 
         async def handle(self, request):
             self.calls += 1
-            await asyncio.sleep(self.hold_s)
+            if self.calls == 1:
+                await asyncio.sleep(self.hold_s)
             return HeartbeatResponse(Errors.NONE)
 
         async def handle_batch(self, requests):
@@ -222,9 +215,26 @@ def test_a_call_held_by_a_deposed_shard_goes_to_the_partitions_new_shard(ray_ses
         def called(self) -> int:
             return self.calls
 
+    return {name: StandIn.options(name=name, namespace=namespace).remote(hold) for name, hold in holds.items()}
+
+
+def test_a_call_held_by_a_deposed_shard_goes_to_the_partitions_new_shard(ray_session):
+    """Ray holds a call to an actor it restarts, or to a paused one, until that actor answers. When the
+    partition moves to another actor meanwhile (the GCS names the new shard), the client stops waiting on the
+    old one and sends the request again to the new one. The two shards are stand-ins that answer the call
+    (one never does in time); the client, the GCS and the lookup are the real ones."""
+    import uuid
+
+    import ray
+    from raygroups.coordinator.config import CoordinatorConfig
+
+    from raygroups.client.ray_client import RayGroupClient
+    from raygroups.deployment.seam import _shard_actor_key, kv_put
+    from tests.conditions import wait_for
+
     namespace = f"moved-{uuid.uuid4().hex[:8]}"
-    old = StandIn.options(name="old-shard", namespace=namespace).remote(120.0)  # a held call
-    new = StandIn.options(name="new-shard", namespace=namespace).remote(0.0)
+    shards = _stand_in_shards(namespace, **{"old-shard": 120.0, "new-shard": 0.0})  # the old one: a held call
+    old, new = shards["old-shard"], shards["new-shard"]
     kv_put(_shard_actor_key(0), b"old-shard", namespace)
     client = RayGroupClient(namespace, 1, CoordinatorConfig(request_timeout_ms=60_000))
     try:
@@ -237,5 +247,33 @@ def test_a_call_held_by_a_deposed_shard_goes_to_the_partitions_new_shard(ray_ses
         assert ray.get(new.called.remote(), timeout=30) == 2 and ray.get(old.called.remote(), timeout=30) == 1
     finally:
         client.close()
-        for actor in (old, new):
+        for actor in shards.values():
             ray.kill(actor)
+
+
+def test_a_held_call_its_caller_gave_up_on_no_longer_holds_back_its_lane(ray_session):
+    """Heartbeats share a lane with one call in flight. When the shard holds that call and its caller gives
+    up (cancels, as a caller's timeout does), the next heartbeat leaves without waiting for the held one
+    (which the shard still answers, to nobody)."""
+    import uuid
+
+    import ray
+    from raygroups.coordinator.config import CoordinatorConfig
+
+    from raygroups.client.ray_client import RayGroupClient
+    from raygroups.deployment.seam import _shard_actor_key, kv_put
+    from tests.conditions import wait_for
+
+    namespace = f"unwanted-{uuid.uuid4().hex[:8]}"
+    shard = _stand_in_shards(namespace, **{"slow-shard": 120.0})["slow-shard"]
+    kv_put(_shard_actor_key(0), b"slow-shard", namespace)
+    client = RayGroupClient(namespace, 1, CoordinatorConfig(request_timeout_ms=60_000))
+    try:
+        held = client.heartbeat(group_id="g", generation_id=1, member_id="m")
+        wait_for(lambda: ray.get(shard.called.remote(), timeout=30) == 1, what="the held call")
+        held.cancel()
+        assert client.heartbeat(group_id="g", generation_id=1, member_id="m").result(30).error is Errors.NONE
+        assert ray.get(shard.called.remote(), timeout=30) == 2
+    finally:
+        client.close()
+        ray.kill(shard)

@@ -48,6 +48,9 @@ def test_the_registry_holds_the_rules_the_dispatchers_used_to_switch_on():
     assert by_name["Heartbeat"].client_timeout_ms(messages.HeartbeatRequest("g", 1, "m"), 30_000) == 30_000
     assert {n for n, s in by_name.items() if s.lane is None} == {
         "LeaveGroup", "OffsetDelete", "ListGroups", "DescribeGroups", "DeleteGroups", "ConsumerGroupDescribe"}
+    # Only the requests the shard may hold back until others arrive: the client's moved-shard check backs off
+    # for them, and asks at a steady pace for the rest.
+    assert {n for n, s in by_name.items() if s.may_park} == {"JoinGroup", "SyncGroup"}
 
 
 # --- a toy API: one entry and its handler ------------------------------------------------------------
