@@ -64,6 +64,7 @@ _PROPERTIES: dict[str, _Prop] = {
     "shard.session.timeout.ms": _Prop("shard_session_timeout_ms", 500, 300_000),
     "shard.standby.enable": _Prop("shard_standby_enable", 0, 1, boolean=True),
     "shard.standby.per.partition": _Prop("shard_standby_per_partition", 0, 1, boolean=True),
+    "shard.cold.spares": _Prop("shard_cold_spares", 0, 64),
 }
 
 
@@ -144,6 +145,11 @@ class CoordinatorConfig:
     # Costs a process per followed partition (its memory and idle CPU: bench/failover.py); the standbys'
     # state is held once either way. Needs shard.standby.enable.
     shard_standby_per_partition: bool = False
+    # Spare processes per node with no standby (about 140 MB each): each loads a partition at once when the
+    # node is handed more partitions than its spares with standbys cover (a lost node's partitions, two or
+    # three to each survivor, or leadership flapping onto the node again before its spare is replaced),
+    # where a new process takes 2-4 s to start on a loaded machine (chaos runs, seed 4242).
+    shard_cold_spares: int = 2
 
     def __post_init__(self) -> None:
         for name, prop in _PROPERTIES.items():

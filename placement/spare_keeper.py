@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from typing import Any
 
 from raygroups.placement.spares import (
     adoption_order,
+    cold_spares_missing,
     free_spares,
-    needs_cold_spare,
     needs_spare_for_all,
     standby_spares_plan,
 )
@@ -25,7 +26,8 @@ from raygroups.placement.spares import (
 
 class SpareKeeper:
     """Performs spare decisions through ``actors`` (``ActorFactory``: ``list_spares``, ``adopt``,
-    ``start_shard``, ``kill_shard``, ``create_spare``, ``kill_spare``, ``standby_per_partition``). Thread-safe;
+    ``start_shard``, ``kill_shard``, ``create_spare``, ``kill_spare``, ``standby_per_partition``,
+    ``cold_spares``). Thread-safe;
     every method blocks (the controller calls them from its worker threads)."""
 
     def __init__(self, actors: Any) -> None:
@@ -35,7 +37,7 @@ class SpareKeeper:
         # event carries it): waiting for the lock, killing the old actor and listing spares, adoption, and
         # a new shard actor's start when no spare adopted it.
         self.took: dict[int, dict[str, float]] = {}
-        self._wanting: set[tuple[str, bool]] = set()  # (node, cold): spares taken, not yet replaced
+        self._wanting: Counter[tuple[str, bool]] = Counter()  # (node, cold): spares taken, not yet replaced
 
     @property
     def per_partition(self) -> bool:
@@ -63,9 +65,8 @@ class SpareKeeper:
                     break
             took["adopt_s"], step = time.monotonic() - step, time.monotonic()
             if needs_spare_for_all(self.per_partition, free, used):
-                self._wanting.add((node, False))  # the node's spare for all was taken: ``replenish`` starts one
-            if needs_cold_spare(free, used):
-                self._wanting.add((node, True))  # and its cold one
+                self._wanting[(node, False)] = 1  # the node's spare for all was taken: ``replenish`` starts one
+            self._wanting[(node, True)] = cold_spares_missing(free, self._actors.cold_spares, used)  # and cold ones
         if handle is None:
             # No spare took it: a new process, started outside the lock, so that the other partitions of a
             # lost node adopt their spares meanwhile rather than after this start (a second or more).
@@ -79,15 +80,14 @@ class SpareKeeper:
         did): after the failover's shard is started, since creating an actor may take a second on a loaded
         machine and nothing of the failover needs it."""
         with self._lock:
-            wanted = sorted(cold for n, cold in self._wanting if n == node)
+            wanted = [cold for cold in (False, True) for _ in range(self._wanting.pop((node, cold), 0))]
             for cold in wanted:
-                self._wanting.discard((node, cold))
                 self._actors.create_spare(node, scheduling, cold=cold)
             return bool(wanted)
 
     def ensure_spare(self, node: str, scheduling: dict[str, Any]) -> bool:
         """See that ``node`` has a spare for every partition (without spares per partition: those are the
-        spares then) and a cold spare, running or starting, so that the first partitions it ever leads are
+        spares then) and its cold spares, running or starting, so that the first partitions it ever leads are
         adopted rather than started; True if one was started now."""
         with self._lock:
             free = free_spares(self._actors.list_spares(node))
@@ -95,7 +95,7 @@ class SpareKeeper:
             if needs_spare_for_all(self.per_partition, free):
                 self._actors.create_spare(node, scheduling)
                 started = True
-            if needs_cold_spare(free):
+            for _ in range(cold_spares_missing(free, self._actors.cold_spares)):
                 self._actors.create_spare(node, scheduling, cold=True)
                 started = True
             return started

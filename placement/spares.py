@@ -57,12 +57,13 @@ def needs_spare_for_all(per_partition: bool, free: list[Spare], used: set[str] =
     return not per_partition and not any(s.standby_for is None and not s.cold and s.name not in used for s in free)
 
 
-def needs_cold_spare(free: list[Spare], used: set[str] = frozenset()) -> bool:
-    """Whether the node needs a new cold spare: a process with no standby (so no memory of its own beyond
-    the interpreter), which a failover adopts when the node's spare with the standbys is already taken
-    -- a node lost with several leaders hands two or more to each survivor, and a new process takes one
-    to three seconds to start on a loaded machine, where a cold spare loads the partition at once."""
-    return not any(s.cold and s.name not in used for s in free)
+def cold_spares_missing(free: list[Spare], wanted: int, used: set[str] = frozenset()) -> int:
+    """How many cold spares the node must start to have ``wanted`` (``shard.cold.spares``): processes with no
+    standby (so no memory of their own beyond the interpreter), which failovers adopt once the node's spare
+    with the standbys is taken -- a node lost with several leaders hands two or three to each survivor, and
+    a new process takes two to four seconds to start on a loaded machine, where a cold spare loads the
+    partition at once. Those in ``used`` (adopted, or given up on) do not count."""
+    return max(0, wanted - sum(1 for s in free if s.cold and s.name not in used))
 
 
 def standby_spares_plan(followed: set[int] | frozenset[int], free: list[Spare]) -> tuple[list[int], list[str]]:

@@ -367,6 +367,10 @@ class ActorFactory:
         config = CoordinatorConfig.from_properties(self.config)
         return config.shard_standby_enable and config.shard_standby_per_partition
 
+    @property
+    def cold_spares(self) -> int:
+        return CoordinatorConfig.from_properties(self.config).shard_cold_spares
+
     def create_shard(self, partition: int | None, node: str, scheduling: dict[str, Any],
                      standby_for: int | None = None, cold: bool = False):
         """The shard of ``partition`` on ``node``, or (``None``) a spare for that node: one standing by for

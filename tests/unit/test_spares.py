@@ -13,9 +13,9 @@ from raygroups.placement.spares import (
     Spare,
     SparesSeen,
     adoption_order,
+    cold_spares_missing,
     followed_by,
     free_spares,
-    needs_cold_spare,
     needs_spare_for_all,
     standby_spares_due,
     standby_spares_plan,
@@ -45,10 +45,12 @@ def test_a_spare_for_all_is_started_only_without_spares_per_partition_and_when_n
     assert not needs_spare_for_all(True, [])
 
 
-def test_every_node_keeps_one_cold_spare_whatever_the_mode():
-    assert needs_cold_spare([Spare("s-all", None), Spare("s-p2", 2)])
-    assert not needs_cold_spare([Spare("s-cold", None, cold=True)])
-    assert needs_cold_spare([Spare("s-cold", None, cold=True)], used={"s-cold"})
+def test_every_node_keeps_its_cold_spares_whatever_the_mode():
+    assert cold_spares_missing([Spare("s-all", None), Spare("s-p2", 2)], 2) == 2
+    assert cold_spares_missing([Spare("s-cold", None, cold=True)], 2) == 1
+    assert cold_spares_missing([Spare("s-cold", None, cold=True)], 1) == 0
+    assert cold_spares_missing([Spare("s-cold", None, cold=True)], 1, used={"s-cold"}) == 1
+    assert cold_spares_missing([Spare("a-cold", None, cold=True), Spare("b-cold", None, cold=True)], 0) == 0
 
 
 def test_spares_per_partition_follow_the_followed_partitions_and_leave_adopting_ones_alone():
@@ -90,8 +92,9 @@ def test_the_spare_schedule_names_a_node_when_what_it_follows_or_its_incarnation
 class Seam:
     """A node's spares as the Ray seam would list and treat them, in memory."""
 
-    def __init__(self, per_partition=False) -> None:
+    def __init__(self, per_partition=False, cold_spares=1) -> None:
         self.standby_per_partition = per_partition
+        self.cold_spares = cold_spares
         self.spares: dict[str, Spare] = {}
         self.starting: set[str] = set()
         self.refuses: set[str] = set()  # spares whose adopt call fails
@@ -170,6 +173,20 @@ def test_a_node_gets_a_spare_for_all_unless_it_keeps_spares_per_partition_and_a_
     assert keeper.ensure_standby_spares("n", {1}, {}) == ([], [])  # not this mode
     per = Seam(per_partition=True)
     assert SpareKeeper(per).ensure_spare("n", {}) is True and per.actions == [("new cold spare",)]
+
+
+def test_a_node_keeps_shard_cold_spares_of_them_and_a_lost_nodes_partitions_adopt_them_all():
+    """Two cold spares (the default): a node handed three partitions at once (a lost node's leaders) adopts its
+    spare with the standbys and both cold spares, and starts no process; then all three are replaced."""
+    seam = Seam(cold_spares=2)
+    keeper = SpareKeeper(seam)
+    assert keeper.ensure_spare("n", {}) is True
+    assert seam.actions == [("new spare", None), ("new cold spare",), ("new cold spare",)]
+    seam.actions.clear()
+    assert [keeper.replace_shard(p, "n", {}) for p in (1, 5, 7)] == ["n-new1", "n-new2-c", "n-new3-c"]
+    assert ("started shard", 7, "n") not in seam.actions
+    assert keeper.replenish("n", {}) is True and keeper.replenish("n", {}) is False
+    assert seam.actions[-3:] == [("new spare", None), ("new cold spare",), ("new cold spare",)]
 
 
 def test_spares_per_partition_are_started_and_stopped_and_an_adopting_one_is_never_stopped():
