@@ -27,6 +27,7 @@ from typing import Any
 
 import ray
 
+from raygroups.chaos.compaction import KILL_POINTS, ROUND_WAIT_S, is_proof
 from raygroups.chaos.faults import PlannedFault
 from raygroups.chaos.workload import EventLog, clock
 from raygroups.deployment.seam import NODE_LABEL, Directory
@@ -64,6 +65,7 @@ class Nemesis:
         self.errors: list[dict] = []
         self._lock = threading.Lock()
         self.controller_events: Any = None  # the run's ControllerEvents
+        self.compaction: Any = None  # the run's CompactionRounds (--compaction-every)
         self.wall_t0 = time.time() - (clock() - self.t0)  # the run's start on the wall clock
         self._local_ip = ray.util.get_node_ip_address()
 
@@ -179,10 +181,14 @@ class Nemesis:
                 before = old.get(p, {})
                 if s["state"] == "ACTIVE" and (s.get("pid"), s.get("leader_epoch")) != \
                         (before.get("pid"), before.get("leader_epoch")):
-                    # served_from: from when only the new incarnation can acknowledge a commit (refined by
-                    # the controller's shard-started event on a replicated deployment).
+                    # served_from: from when only the new incarnation can acknowledge a commit: when it says it
+                    # became active (its start timeline, on the wall clock; a process that served before the
+                    # fault keeps its first mark), else now.
+                    active = (s.get("start_timeline") or {}).get("active")
+                    active = None if active is None else self._run_time(active)
+                    served_from = self._now() if active is None or active < d.time else min(self._now(), active)
                     d.breakdown[p] = {"load_s": s.get("load_seconds"), "new_epoch": s.get("leader_epoch"),
-                                      "served_from": round(self._now(), 3)}
+                                      "served_from": round(served_from, 3)}
                     pending.discard(p)
             if pending:
                 time.sleep(0.1)
@@ -205,8 +211,6 @@ class Nemesis:
             # Election ends when the new leader's shard is started (its load follows).
             elected = next((self._run_time(e["t"]) for e in after if e.get("partition") == p
                             and e["event"] == "shard-started"), None)
-            if elected is not None:
-                b["served_from"] = round(elected, 3)
             if detected is not None:
                 b["detection_s"] = round(detected - d.time, 3)
                 if elected is not None:
@@ -245,6 +249,32 @@ class Nemesis:
             self._disrupted("leader-pause", t, [partition], {partition: status})
         else:  # no other replica: the same process serves again once it resumes
             self.disruptions.append(Disruption("leader-pause", t, [partition]))
+
+    # --- compaction faults (--compaction-every) ---------------------------------------------------------
+    def _compaction_rounds(self) -> Any:
+        if self.compaction is None:
+            raise FaultSkipped("no compaction rounds in this run")
+        return self.compaction
+
+    def _compaction_kill(self, fault: PlannedFault, group: str, partition: int) -> None:
+        rounds = self._compaction_rounds()
+        where, reached = KILL_POINTS[fault.pick % len(KILL_POINTS)]
+        hit = rounds.wait_for(reached, rounds.every_s + ROUND_WAIT_S)
+        if hit is None:
+            raise FaultSkipped(f"no compaction round got {where}")
+        pid = rounds.kill()
+        if pid is None:
+            raise FaultSkipped("the compaction job was not running")
+        self._record("compaction-kill", {"round": hit[0], "where": where, "step": hit[1], "pid": pid})
+
+    def _compaction_failover(self, fault: PlannedFault, group: str, partition: int) -> None:
+        """The leader of the partition a round swaps last (the rounds swap in partition order) is killed as
+        soon as the round's proof is in: its swap meets a new leader, whose epoch fences it."""
+        rounds = self._compaction_rounds()
+        hit = rounds.wait_for(is_proof, rounds.every_s + ROUND_WAIT_S)
+        if hit is None:
+            raise FaultSkipped("no compaction round came to its proof")
+        self._shard_kill(fault, group, self.cluster.num_partitions - 1, "compaction-failover", {"round": hit[0]})
 
     # --- consumer faults -------------------------------------------------------------------------------
     def _consumer_kill(self, fault: PlannedFault, group: str, partition: int) -> None:
