@@ -193,7 +193,7 @@ class LogServer:
     def _state_sync(self, partition: int) -> dict:
         log = self._log(partition)
         return {"node": self.node, "log_end_offset": log.log_end_offset, "latest_epoch": log.latest_epoch,
-                "fenced_epoch": self._fenced.get(partition, -1)}
+                "fenced_epoch": self._fenced.get(partition, -1), "cleaned_offset": log.cleaned_offset}
 
     def _persist_sync(self, partition: int, state: dict | None, fenced: int) -> None:
         write_replica_state(partition_dir(self.node_dir, partition), state, fenced)
@@ -362,13 +362,14 @@ class LogServer:
         async with self._lock(partition):
             return await self._run(lambda: records_below(self._log(partition), up_to_offset))
 
-    async def audit(self, partition: int, up_to_offset: int | None = None) -> dict:
-        """This replica's batches per leader epoch below ``up_to_offset`` and its log end (a chaos run's audit)."""
+    async def audit(self, partition: int, up_to_offset: int | None = None, from_offset: int = 0) -> dict:
+        """This replica's batches per leader epoch from ``from_offset`` and below ``up_to_offset``, and its log
+        end (a chaos run's audit)."""
         async with self._lock(partition):
             def work():
                 log = self._log(partition)
                 return {"node": self.node, "log_end_offset": log.log_end_offset,
-                        "runs": epoch_runs(log, up_to_offset)}
+                        "runs": epoch_runs(log, up_to_offset, from_offset)}
             return await self._run(work)
 
     async def compaction_swap(self, partition: int, store_uri: str, staged: str, leader_epoch: int, outputs: list,

@@ -284,13 +284,13 @@ class CoordinatorShard:
         """The leader's records below ``up_to_offset`` (tests compare them with the followers')."""
         return await shard_audit.replica_records(self._served, up_to_offset)
 
-    async def audit(self, up_to_offset: int | None = None) -> dict:
+    async def audit(self, up_to_offset: int | None = None, from_offset: int = 0) -> dict:
         """What a chaos run's checker compares once the workload stopped: the digest of the live state and
         of a fresh replay of this leader's log (equal unless an applied record was not logged, or a logged
-        one not applied), the log's batches per leader epoch below ``up_to_offset``, and the membership
-        changes the log shows (``offsets_log.membership``)."""
+        one not applied), the log's batches per leader epoch from ``from_offset`` and below ``up_to_offset``,
+        and the membership changes the log shows (``offsets_log.membership``)."""
         await self._serving("audit")
-        return await shard_audit.audit(self._served, up_to_offset)
+        return await shard_audit.audit(self._served, up_to_offset, from_offset)
 
     # ------------------------------------------------------------------------------------------
     # Topics, status, liveness, close

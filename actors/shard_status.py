@@ -26,6 +26,7 @@ def status(served) -> dict:
         "state": ctx.state.value,
         "leader_epoch": ctx.epoch,
         "log_end_offset": None if ctx.log is None else ctx.log.log_end_offset,
+        "cleaned_offset": None if ctx.log is None else ctx.log.cleaned_offset,
         "load_records": None if summary is None else summary.records,
         "load_seconds": None if summary is None else summary.seconds,
         "load_bytes_dropped": None if summary is None else summary.bytes_dropped,

@@ -92,15 +92,19 @@ def records_below(log, up_to_offset: int | None = None) -> list[Record]:
     ]
 
 
-def epoch_runs(log, up_to_offset: int | None = None) -> list[list]:
-    """The log's batches below ``up_to_offset`` grouped by leader epoch, in log order: ``[epoch, first offset,
-    next offset, SHA-256 of the batches]`` per run. Two replicas written by one leader per epoch have equal
-    runs over their common prefix; a chaos run's audit compares them."""
+def epoch_runs(log, up_to_offset: int | None = None, from_offset: int = 0) -> list[list]:
+    """The log's batches from ``from_offset`` and below ``up_to_offset`` grouped by leader epoch, in log order:
+    ``[epoch, first offset, next offset, SHA-256 of the batches]`` per run. Two replicas written by one leader
+    per epoch have equal runs over their common prefix; a chaos run's audit compares them, from where the
+    replicas' compacted prefixes end (below it, each holds a version of the segments that a compaction run
+    proved to replay to the same state, not necessarily the same batches)."""
     runs: list[list] = []
     digest = None
     for batch in log.batches(0):
         if up_to_offset is not None and batch.last_offset >= up_to_offset:
             break
+        if batch.base_offset < from_offset:
+            continue
         if not runs or runs[-1][0] != batch.leader_epoch:
             if digest is not None:
                 runs[-1][3] = digest.hexdigest()

@@ -15,7 +15,10 @@ order the history records events (line order, not the clocks):
   is a fetch for the other checks too).
 
 ``membership_checks`` adds the invariants on generations and assignments and on the shards' own records
-(the audit at the end of a run).
+(the audit at the end of a run). With compaction rounds in the run (process ``compaction``):
+
+* ``swap-without-proof`` -- a round swapped a partition's segments although their equivalence proof did
+  not hold (the job must leave such a partition as it was).
 
 A deletion resets what the first two expect of its group; a fetch that overlaps a deletion checks
 nothing; a deletion whose outcome is unknown (``info``, or still open) stops checking its group from then
@@ -33,7 +36,7 @@ from raygroups.chaos.history import History, HistoryError, Operation, is_injecti
 from raygroups.coordinator.checks import is_int
 
 INVARIANTS = ("lost-acked-commit", "offset-went-backwards", "deleted-group-came-back", "resume-below-committed",
-              *membership_checks.MEMBERSHIP_INVARIANTS, *membership_checks.AUDIT_INVARIANTS)
+              *membership_checks.MEMBERSHIP_INVARIANTS, *membership_checks.AUDIT_INVARIANTS, "swap-without-proof")
 Key = tuple[str, str, int]
 
 
@@ -114,7 +117,19 @@ def check(history: History) -> CheckResult:
     membership_checks.generations(history, violation)
     membership_checks.rebalance_on_failover(history, violation)
     membership_checks.audit(history, violation)
+    _compaction_swaps(history, violation)
     return result
+
+
+def _compaction_swaps(history: History, violation) -> None:
+    for op in history.operations:
+        if op.f != "compact" or op.type != "ok":
+            continue
+        value = op.complete.value
+        for p in value.get("unproved_swaps") or []:
+            violation("swap-without-proof", ("", "__consumer_offsets", int(p)),
+                      f"compaction round {value.get('round')} swapped partition {p} without an equivalence proof "
+                      f"that held ({op.describe()})", [op])
 
 
 def _offsets(history: History, result: CheckResult) -> None:

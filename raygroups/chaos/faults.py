@@ -34,21 +34,30 @@ CATALOGUE: dict[str, tuple[str, bool, int]] = {
                   "directory)", True, 1),
     "head-restart": ("kill the head's GCS and the controller (what losing the head takes), start them again "
                      "after a few seconds: the leaders keep serving meanwhile", True, 1),
+    "compaction-kill": ("SIGKILL the compaction job (the watch process, its Spark driver and executors) in the "
+                        "middle of a round: in its Spark job, after its proof, or between two swaps; a "
+                        "supervisor starts it again", False, 1),
+    "compaction-failover": ("kill the leader shard of the partition a compaction round swaps last, as soon as "
+                            "the round's equivalence proof is in: a new leader before the swap", True, 1),
 }
+# The faults that need compaction rounds beside the run (``--compaction-every``): out of the mix otherwise.
+COMPACTION_FAULTS = ("compaction-kill", "compaction-failover")
 HEAD_DOWN_S = (3.0, 8.0)  # how long a head-restart keeps the head's GCS down
 
 
 CONSUMER_FAULTS = ("consumer-kill", "consumer-pause")
 
 
-def faults_for(replicated: bool) -> list[str]:
-    """The catalogue's faults a deployment can take (node faults need a replicated, simulated one)."""
-    return [name for name, (_, needs, _) in CATALOGUE.items() if replicated or not needs]
+def faults_for(replicated: bool, compaction: bool = False) -> list[str]:
+    """The catalogue's faults a deployment can take (node faults need a replicated, simulated one; the
+    compaction job's faults need compaction rounds)."""
+    return [name for name, (_, needs, _) in CATALOGUE.items()
+            if (replicated or not needs) and (compaction or name not in COMPACTION_FAULTS)]
 
 
-def parse_faults(text: str | None, replicated: bool) -> list[str]:
-    """``--faults a,b``: known names only, and only those this deployment can take."""
-    possible = faults_for(replicated)
+def parse_faults(text: str | None, replicated: bool, compaction: bool = False) -> list[str]:
+    """``--faults a,b``: known names only, and only those this deployment (and run) can take."""
+    possible = faults_for(replicated, compaction)
     if text is None or text == "all":
         return possible
     names = [n.strip() for n in text.split(",") if n.strip()]
@@ -57,6 +66,8 @@ def parse_faults(text: str | None, replicated: bool) -> list[str]:
     for n in names:
         if n not in CATALOGUE:
             raise ValueError(f"unknown fault {n!r}; the catalogue: {', '.join(CATALOGUE)}")
+        if n in COMPACTION_FAULTS and not compaction:
+            raise ValueError(f"fault {n!r} needs compaction rounds during the run (--compaction-every)")
         if n not in possible:
             raise ValueError(f"fault {n!r} needs a replicated deployment of simulated nodes (--nodes 3)")
     return sorted(set(names), key=list(CATALOGUE).index)

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from raygroups.chaos.checker import CheckResult
+from raygroups.chaos.compaction import compaction_summary
 from raygroups.chaos.history import History, Operation, is_injection
 from raygroups.chaos.membership_checks import rebalances
 from raygroups.chaos.workload import AVAILABILITY_PROCESS
@@ -221,6 +222,7 @@ def build_report(history: History, result: CheckResult, nemesis: Any, options: A
                                    for k, v in _summary(latency).items() if k != "count"}},
         "duration_s": round(last, 3),
         "faults_started_at_s": round(faults_start, 3),
+        **({"compaction": summary} if (summary := compaction_summary(history)) else {}),
         **info,
     }
 

@@ -39,7 +39,7 @@ from typing import Any
 
 import ray
 
-from raygroups.chaos.faults import CONSUMER_FAULTS, PlannedFault, schedule
+from raygroups.chaos.faults import COMPACTION_FAULTS, CONSUMER_FAULTS, PlannedFault, schedule
 from raygroups.chaos.nemesis import Nemesis
 from raygroups.chaos.workload import (
     TOPIC,
@@ -85,6 +85,8 @@ class RunOptions:
     address: str | None = None
     namespace: str = "raygroups"
     config: dict = field(default_factory=dict)  # properties of the embedded default's coordinator
+    # A compaction round this often (seconds) by the operator's watch mode beside the run; None: none.
+    compaction_every_s: float | None = None
 
 
 GROUP_PROTOCOLS = ("classic", "consumer", "mixed")
@@ -372,8 +374,9 @@ def coordinator_events(changes: list[dict], wall_t0: float) -> list[HistoryEvent
 
 def audit(cluster: Any, t0: float, wall_t0: float | None = None) -> list[HistoryEvent]:
     """The shards' own records at the end: per partition, the leader's digests and every in-sync replica's
-    batches per epoch, below the lowest log end among them; and, with the run's wall-clock start
-    ``wall_t0``, the membership changes each leader's log shows (``coordinator_events``)."""
+    batches per epoch, below the lowest log end among them and from the furthest compacted prefix's end;
+    and, with the run's wall-clock start ``wall_t0``, the membership changes each leader's log shows
+    (``coordinator_events``)."""
     log = EventLog("auditor", t0)
     decided: list[dict] = []
     from raygroups.deployment.seam import Directory
@@ -385,33 +388,38 @@ def audit(cluster: Any, t0: float, wall_t0: float | None = None) -> list[History
         if cluster.replicated:
             state = cluster.partition_state(p)
             leader, isr = state["leader"], [n for n in state["isr"] if n != state["leader"]]
-        ends = []
         try:
-            ends.append(ray.get(cluster.shard(p).status.remote(), timeout=30)["log_end_offset"])
-            for node in isr:
-                ends.append(ray.get(directory.log_server(node).state.remote(p), timeout=30)["log_end_offset"])
+            states = [ray.get(cluster.shard(p).status.remote(), timeout=30)]
+            states += [ray.get(directory.log_server(node).state.remote(p), timeout=30) for node in isr]
+            ends = [s["log_end_offset"] for s in states]
+            cleaned = [s.get("cleaned_offset") or 0 for s in states]
         except (ray.exceptions.RayError, TimeoutError, KeyError, ValueError):
             continue
         up_to = min(e for e in ends if e is not None) if all(e is not None for e in ends) else None
+        # Below the furthest compacted prefix, each replica holds a version of the segments that compaction
+        # proved equivalent (one that missed a swap keeps its originals): the batches are compared from there.
+        since = max(cleaned)
         value = {"partition": p, "node": leader, "up_to": up_to}
         log.add("invoke", "digest", value)
         try:
-            a = ray.get(cluster.shard(p).audit.remote(up_to), timeout=120)
+            a = ray.get(cluster.shard(p).audit.remote(up_to, since), timeout=120)
         except (ray.exceptions.RayError, TimeoutError) as e:
             log.add("info", "digest", {**value, "error": type(e).__name__})
             continue
         log.add("ok", "digest", {**value, "live": a["live"], "replay": a["replay"], "leader_epoch": a["leader_epoch"]})
         decided.extend(a.get("membership") or [])
         log.add("invoke", "replica-log", {"partition": p, "node": a["node"] or "local"})
-        log.add("ok", "replica-log", {"partition": p, "node": a["node"] or "local", "up_to": up_to, "runs": a["runs"]})
+        log.add("ok", "replica-log", {"partition": p, "node": a["node"] or "local", "up_to": up_to, "since": since,
+                                      "runs": a["runs"]})
         for node in isr:
             log.add("invoke", "replica-log", {"partition": p, "node": node})
             try:
-                r = ray.get(directory.log_server(node).audit.remote(p, up_to), timeout=120)
+                r = ray.get(directory.log_server(node).audit.remote(p, up_to, since), timeout=120)
             except (ray.exceptions.RayError, TimeoutError) as e:
                 log.add("info", "replica-log", {"partition": p, "node": node, "error": type(e).__name__})
                 continue
-            log.add("ok", "replica-log", {"partition": p, "node": node, "up_to": up_to, "runs": r["runs"]})
+            log.add("ok", "replica-log", {"partition": p, "node": node, "up_to": up_to, "since": since,
+                                          "runs": r["runs"]})
     return log.drain() + (coordinator_events(decided, wall_t0) if wall_t0 is not None else [])
 
 
@@ -457,12 +465,16 @@ def quiet_output(log_path: str, restore: bool = True):
 def run(options: RunOptions, faults: list[str], view: Any) -> RunResult:
     """One chaos run (see the module docstring); ``view`` shows progress (``raygroups.chaos.live``)."""
     from raygroups.chaos.checker import check
+    from raygroups.chaos.compaction import CHAOS_SEGMENT_BYTES
     from raygroups.chaos.history import read_history
     from raygroups.chaos.report import build_report, plot_failover_cdf, plot_timeline
     from raygroups.deployment.start import connect, start_local
 
     os.makedirs(options.out, exist_ok=True)
-    config = coordinator_config(options.config, options.session_timeout_ms)
+    extra = options.config
+    if options.compaction_every_s is not None:  # segments the rounds can compact within a run of minutes
+        extra = {"offsets.topic.segment.bytes": CHAOS_SEGMENT_BYTES, **extra}
+    config = coordinator_config(extra, options.session_timeout_ms)
     disks = NodeDisks(options.nodes) if options.address is None and options.nodes > 1 and "disk-full" in faults \
         else None
     left_out = None
@@ -485,7 +497,7 @@ def run(options: RunOptions, faults: list[str], view: Any) -> RunResult:
         if disks is not None:
             disks.remove()
         raise
-    workload = None
+    workload = nemesis = None
     try:
         baseline = _noop_call_ms(cluster)
         t0 = clock()
@@ -504,14 +516,19 @@ def run(options: RunOptions, faults: list[str], view: Any) -> RunResult:
         view.phase(f"faults: {len(plan)} planned over {options.seconds:g} s")
         # The nemesis runs in this thread (Ray starts a simulated node's processes from the main thread
         # only); collecting the clients' events and the view run beside it.
-        current: list[PlannedFault | None] = [None, None]
+        current: list[PlannedFault | None] = [None, None, None]
         stop_ticking = threading.Event()
         ticker = threading.Thread(target=_tick_until, args=(stop_ticking, workload, view, nemesis, current),
                                   daemon=True)
         ticker.start()
+        if options.compaction_every_s is not None:
+            nemesis.compaction = _start_compaction(cluster, options, t0)
         try:
             _run_nemesis(nemesis, plan, workload, faults_started, options.seconds, current)
             nemesis.events.add("info", "heal", {"fault": "end-of-faults"})
+            if nemesis.compaction is not None:
+                view.phase("compaction: the watch process stops")
+                nemesis.compaction.stop()
             view.phase("calm: settling, then the consumers stop and the probes read once more")
             nemesis.settle()
             time.sleep(CALM_S)
@@ -521,6 +538,8 @@ def run(options: RunOptions, faults: list[str], view: Any) -> RunResult:
         workload.stop()
         view.phase("audit: digests and replicas' batches per epoch")
         events = workload.events + nemesis.events.drain() + audit(cluster, t0, wall_t0)
+        if nemesis.compaction is not None:
+            events += nemesis.compaction.events.drain()
         if cluster.replicated:
             nemesis.controller_events.write(os.path.join(options.out, "controller-events.jsonl"), nemesis.wall_t0)
         history_path = os.path.join(options.out, "history.jsonl")
@@ -541,6 +560,8 @@ def run(options: RunOptions, faults: list[str], view: Any) -> RunResult:
         return RunResult(result.ok, report, options.out)
     finally:
         try:
+            if nemesis is not None and nemesis.compaction is not None:
+                nemesis.compaction.stop()
             if workload is not None:
                 workload.abort()
             cluster.shutdown()
@@ -622,6 +643,17 @@ class ControllerEvents:
                 f.write(json.dumps({**e, "t": round(e["t"] - t0, 3)}, default=str) + "\n")
 
 
+def _start_compaction(cluster: Any, options: RunOptions, t0: float) -> Any:
+    """The operator's watch mode against this run's deployment, supervised (``raygroups.chaos.compaction``)."""
+    from raygroups.chaos.compaction import CompactionRounds
+
+    address = options.address or ray.get_runtime_context().gcs_address
+    rounds = CompactionRounds(address, cluster.namespace, options.compaction_every_s, t0,
+                              os.path.join(options.out, "compaction.log"))
+    rounds.start()
+    return rounds
+
+
 def _tick(workload: Workload, view: Any, nemesis: Nemesis, faults: list[PlannedFault]) -> None:
     workload.collect(wait_s=0.3)
     workload.maintain()
@@ -637,14 +669,18 @@ def _tick_until(stop: threading.Event, workload: Workload, view: Any, nemesis: N
 
 def _run_nemesis(nemesis: Nemesis, plan: list[PlannedFault], workload: Workload, started: float,
                  seconds: float, current: list) -> None:
-    """Two lanes, each in schedule order: consumer faults in a thread of their own, every other fault in this
-    thread (a simulated node starts from the main thread only), the deployment settling after each."""
-    consumer = [f for f in plan if f.name in CONSUMER_FAULTS]
-    lane = threading.Thread(target=_lane, args=(nemesis, consumer, workload, started, seconds, current, 1, False),
-                            daemon=True)
-    lane.start()
-    _lane(nemesis, [f for f in plan if f.name not in CONSUMER_FAULTS], workload, started, seconds, current, 0, True)
-    lane.join()
+    """Three lanes, each in schedule order: consumer faults and compaction faults (which wait for a round to
+    reach their point) in threads of their own, every other fault in this thread (a simulated node starts
+    from the main thread only), the deployment settling after each."""
+    lanes = [threading.Thread(target=_lane, args=(nemesis, [f for f in plan if f.name in names], workload, started,
+                                                  seconds, current, slot, False), daemon=True)
+             for slot, names in ((1, CONSUMER_FAULTS), (2, COMPACTION_FAULTS))]
+    for lane in lanes:
+        lane.start()
+    _lane(nemesis, [f for f in plan if f.name not in (*CONSUMER_FAULTS, *COMPACTION_FAULTS)], workload, started,
+          seconds, current, 0, True)
+    for lane in lanes:
+        lane.join()
 
 
 def _lane(nemesis: Nemesis, plan: list[PlannedFault], workload: Workload, started: float, seconds: float,

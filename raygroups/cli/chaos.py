@@ -40,6 +40,11 @@ def _positive(name: str, value: float, limit: float) -> None:
 @click.option("--config", "config_items", multiple=True, metavar="KEY=VALUE",
               help="A property of the embedded default's coordinator, such as shard.standby.per.partition=true "
                    "(repeatable).")
+@click.option("--compaction-every", default=None, metavar="DURATION",
+              help="Compaction rounds during the run: the operator's watch mode (raygroups compact --every) as a "
+                   "process of its own, restarted when it dies; adds the compaction-kill and compaction-failover "
+                   "faults to the catalogue. The segment size defaults to 64 KiB then (--config "
+                   "offsets.topic.segment.bytes=... changes it).")
 @click.option("--address", default=None, help="Run against the deployment of this Ray cluster instead.")
 @click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True)
 @click.option("--out", "out", default="chaos-out", show_default=True, type=click.Path(file_okay=False),
@@ -47,12 +52,12 @@ def _positive(name: str, value: float, limit: float) -> None:
 @click.option("--list-faults", is_flag=True, help="Print the fault catalogue and exit.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON at the end instead of a summary.")
 def run(seconds: float, seed: int, faults: str, rate: float, groups: int, consumers: int, group_protocol: str,
-        nodes: int,
-        config_items: tuple[str, ...], address: str | None, namespace: str, out: str, list_faults: bool,
-        as_json: bool) -> None:
+        nodes: int, config_items: tuple[str, ...], compaction_every: str | None, address: str | None, namespace: str,
+        out: str, list_faults: bool, as_json: bool) -> None:
     """Run the failover chaos benchmark: a workload of consumer groups under a seeded fault schedule, then
     the checker's verdict (exit 0 valid, 1 violated or failed) and the report's paths."""
     from raygroups.chaos.faults import CATALOGUE, parse_faults
+    from raygroups.cli.compact import parse_every
 
     if list_faults:
         for name, (what, replicated, _) in CATALOGUE.items():
@@ -76,13 +81,15 @@ def run(seconds: float, seed: int, faults: str, rate: float, groups: int, consum
         coordinator_config(config)
     except (ValueError, TypeError) as e:
         raise click.BadParameter(str(e), param_hint="--config") from None
+    every_s = parse_every(compaction_every, "--compaction-every")
     # A deployment reached by address is not simulated here: only the faults that need no node control.
     try:
-        chosen = parse_faults(faults, replicated=address is None and nodes > 1)
+        chosen = parse_faults(faults, replicated=address is None and nodes > 1, compaction=every_s is not None)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--faults") from None
     options = RunOptions(seconds=seconds, seed=seed, rate=rate, groups=groups, consumers=consumers, nodes=nodes,
-                         group_protocol=group_protocol, out=out, address=address, namespace=namespace, config=config)
+                         group_protocol=group_protocol, out=out, address=address, namespace=namespace, config=config,
+                         compaction_every_s=every_s)
     sys.exit(run_benchmark(options, chosen, as_json))
 
 

@@ -54,17 +54,17 @@ def _parse_partitions(value: str | None) -> list[int] | None:
                                  param_hint="--partitions") from None
 
 
-def parse_every(value: str | None) -> float | None:
-    """``--every``: a duration such as ``90s``, ``10m``, ``1h`` (a bare number is seconds)."""
+def parse_every(value: str | None, option: str = "--every") -> float | None:
+    """``--every`` (or ``option``): a duration such as ``90s``, ``10m``, ``1h`` (a bare number is seconds)."""
     if value is None:
         return None
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*", value)
     if not m:
-        raise click.BadParameter(f"{value!r} is not a duration (e.g. 30s, 10m, 1h)", param_hint="--every")
+        raise click.BadParameter(f"{value!r} is not a duration (e.g. 30s, 10m, 1h)", param_hint=option)
     seconds = float(m.group(1)) * _UNITS[m.group(2) or "s"]
     if not MIN_EVERY_S <= seconds <= MAX_EVERY_S:
         raise click.BadParameter(f"{value!r} must be between {MIN_EVERY_S:g} s and {MAX_EVERY_S / 86400:g} days",
-                                 param_hint="--every")
+                                 param_hint=option)
     return seconds
 
 
@@ -87,7 +87,9 @@ def parse_every(value: str | None) -> float | None:
               help="Kafka's min.cleanable.dirty.ratio: bytes of closed segments not compacted yet over all closed "
                    "bytes (watch mode only; a manual run compacts every partition).")
 @click.option("--rounds", default=None, type=click.IntRange(1), help="Watch mode: stop after this many rounds.")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (one line per round).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the report as JSON (one line per round), and the progress as JSON lines on stderr "
+                   '({"step": "upload|compact|swap", "done": N, "total": M}; "spark" while its session starts).')
 @click.option("--verbose", is_flag=True, help="Show Spark's and Ray's console output.")
 def compact(address: str, namespace: str, partition_list: str | None, storage_uri: str | None, local: bool,
             every: str | None, min_dirty_ratio: float, rounds: int | None, as_json: bool, verbose: bool) -> None:
@@ -260,7 +262,16 @@ def _run_with_progress(cluster: Any, partitions, storage_uri, as_json: bool, ver
     from raygroups import compaction
     from raygroups.compaction.spark_session import spark_session
 
-    console = Console(stderr=True, quiet=as_json)
+    if as_json:  # a machine follows the progress: a JSON line per step, on stderr (stdout is the report's)
+        def step(name: str, done: int, total: int) -> None:
+            click.echo(json.dumps({"step": name, "done": done, "total": total}), err=True)
+
+        step("spark", 0, 1)
+        spark = spark_session(verbose=verbose)
+        step("spark", 1, 1)
+        return compaction.run_with_progress(cluster, partitions=partitions, storage_uri=storage_uri, spark=spark,
+                                            progress=step, min_dirty_ratio=min_dirty_ratio)
+    console = Console(stderr=True)
     with console.status("starting Spark on Ray (raydp; this takes a while)"):
         spark = spark_session(verbose=verbose)
     with Progress(console=console, transient=True) as bar:

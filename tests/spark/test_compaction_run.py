@@ -168,7 +168,13 @@ def test_watch_rounds_compact_only_partitions_at_least_as_dirty_as_the_ratio(env
     expected = _fetch_all(client)
     capsys.readouterr()
     assert watch_rounds(cluster, None, None, True, False, 1.0, 0.5, 2) == 0
-    first, second = (json.loads(line) for line in capsys.readouterr().out.strip().splitlines())
+    out, err = capsys.readouterr()
+    first, second = (json.loads(line) for line in out.strip().splitlines())
+    # With --json, the progress is JSON lines on stderr, a machine's to follow (a chaos run strikes on them).
+    steps = [json.loads(line) for line in err.strip().splitlines()]
+    assert steps[0] == {"step": "spark", "done": 0, "total": 1}
+    assert {"step": "compact", "done": 3, "total": 3} in steps  # the first round's proof
+    assert [s["step"] for s in steps].count("spark") == 4 and steps[-1]["step"] == "swap"
     assert all(r["swapped"] and r["dirty_ratio"] >= 0.5 for r in first["partitions"]), first["partitions"]
     for row in second["partitions"]:
         assert row["ok"] and not row["swapped"] and row["dirty_ratio"] < 0.5 and row["records_in"] == 0, row

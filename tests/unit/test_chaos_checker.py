@@ -336,7 +336,7 @@ def test_every_named_invariant_has_a_failing_history_here():
                     H().assign("c1", "m1", 2, [0]).gen_commit("c2", 1, 1),
                     H().start("c1").assign("c1", "m1", 1, [0]).wait(100).assign("c1", "m1", 2, [0]),
                     H().replica(0, "a", [[1, 0, 1, "x"]]).replica(0, "b", [[1, 0, 1, "y"]]),
-                    H().digest(0, "x", "y")):
+                    H().digest(0, "x", "y"), H().op("compaction", "compact", round=1, unproved_swaps=[0])):
         caught.update(invariants(history.check()))
     assert caught == set(INVARIANTS)
 

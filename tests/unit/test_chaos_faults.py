@@ -26,12 +26,12 @@ def test_a_subset_and_the_single_node_catalogue():
     assert {x.name for x in schedule(1, 300, 30, ["shard-kill", "consumer-kill"], 2)} == {"shard-kill", "consumer-kill"}
     single = faults_for(replicated=False)
     assert "node-kill" not in single and "shard-kill" in single and "leader-pause" in single
-    assert set(faults_for(replicated=True)) == set(CATALOGUE)
+    assert set(faults_for(replicated=True, compaction=True)) == set(CATALOGUE)
     assert schedule(1, 60, 12, [], 3) == []
 
 
 def test_parse_faults():
-    assert parse_faults(None, True) == list(CATALOGUE)
+    assert parse_faults(None, True, compaction=True) == list(CATALOGUE)
     assert parse_faults("all", False) == faults_for(False)
     assert parse_faults("node-kill, shard-kill,node-kill", True) == ["shard-kill", "node-kill"]
     assert parse_faults("head-restart,node-kill", True) == ["node-kill", "head-restart"]

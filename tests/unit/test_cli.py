@@ -44,6 +44,9 @@ def test_usage_errors_exit_2(args, message):
     (("--config", "group.consumer.min.session.timeout.ms=45000"),
      "group.consumer.session.timeout.ms must be in [group.consumer.min.session.timeout.ms (45000)"),
     (("--group-protocol", "eager"), "'eager' is not one of 'classic', 'consumer', 'mixed'"),
+    (("--compaction-every", "soon"), "Invalid value for --compaction-every: 'soon' is not a duration"),
+    (("--compaction-every", "0.5s"), "'0.5s' must be between 1 s and 7 days"),
+    (("--faults", "compaction-kill"), "fault 'compaction-kill' needs compaction rounds during the run"),
 ])
 def test_chaos_run_config_errors_exit_2_before_anything_starts(args, message):
     result = run("chaos", "run", "--seconds", "1", *args)
