@@ -9,12 +9,14 @@ process died in the middle of it, or the round failed as a whole.
 
 The watch process tells where a round is by its progress lines (``{"step", "done", "total"}`` on stderr with
 ``--json``): ``compaction-kill`` strikes at the point its fault's pick chooses (``KILL_POINTS``), and
-``compaction-failover`` as soon as a round's equivalence proof is in (``is_proof``).
+``compaction-failover`` between a round's proof and its swaps (``about_to_swap``, which names the partitions
+the round is about to swap).
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import signal
@@ -29,7 +31,7 @@ from raygroups.chaos.workload import EventLog
 
 COMPACTION_PROCESS = "compaction"
 RESTART_DELAY_S = 1.0  # a supervisor's pause before it starts the job again (systemd's RestartSec)
-STOP_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 10.0
 # How much longer than a round's period a fault waits for a round to reach its point (the first round needs
 # its Spark session started, which takes 20 s or more on a loaded machine).
 ROUND_WAIT_S = 120.0
@@ -43,11 +45,16 @@ def is_proof(step: dict) -> bool:
     return step.get("step") == "compact" and step.get("total", 0) > 0 and step.get("done") == step.get("total")
 
 
+def about_to_swap(step: dict) -> bool:
+    """The progress line between a round's proof and its swaps, naming partitions it is about to swap."""
+    return step.get("step") == "swap" and step.get("done") == 0 and bool(step.get("proved"))
+
+
 # Where compaction-kill strikes, by its fault's pick: what the report calls it, and the progress line after
 # which the process is killed.
 KILL_POINTS: tuple[tuple[str, Callable[[dict], bool]], ...] = (
     ("in its Spark job", lambda s: s.get("step") == "compact" and s.get("done", 0) < s.get("total", 0)),
-    ("after its proof, before its swaps", is_proof),
+    ("after its proof, before its swaps", about_to_swap),
     ("between two swaps", lambda s: s.get("step") == "swap" and 0 < s.get("done", 0) < s.get("total", 0)),
 )
 
@@ -93,12 +100,13 @@ class CompactionRounds:
         self._process: subprocess.Popen | None = None
         self._readers: list[threading.Thread] = []
         self._supervisor: threading.Thread | None = None
-        self._log = open(log_path, "a", encoding="utf-8")  # noqa: SIM115 - closed by stop()
+        self._log = open(log_path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - closed by stop()
 
     # --- the process and its supervisor ------------------------------------------------------------
     def command(self) -> list[str]:
+        # --verbose: Spark's and Ray's own lines go to the log beside the run (a failed round's why).
         cmd = [sys.executable, "-m", "raygroups", "compact", "--address", self.address, "--namespace",
-               self.namespace, "--every", f"{self.every_s:g}s", "--min-dirty-ratio", "0", "--json"]
+               self.namespace, "--every", f"{self.every_s:g}s", "--min-dirty-ratio", "0", "--json", "--verbose"]
         return cmd + (["--storage-uri", self.storage_uri] if self.storage_uri else [])
 
     def start(self) -> None:
@@ -138,7 +146,8 @@ class CompactionRounds:
                 self._spawn()
 
     def stop(self) -> None:
-        """Stop the watch (Ctrl-C, then a kill if it does not end in ``STOP_TIMEOUT_S``); once."""
+        """Stop the watch (SIGTERM to its process group, then SIGKILL if it does not end within
+        ``STOP_TIMEOUT_S``: a round in flight is left as a kill would leave it); once."""
         with self._cond:
             if self._stopping:
                 return
@@ -146,7 +155,8 @@ class CompactionRounds:
             self._cond.notify_all()
             process = self._process
         if process is not None and process.poll() is None:
-            process.send_signal(signal.SIGINT)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
             try:
                 process.wait(timeout=STOP_TIMEOUT_S)
             except subprocess.TimeoutExpired:

@@ -27,7 +27,7 @@ from typing import Any
 
 import ray
 
-from raygroups.chaos.compaction import KILL_POINTS, ROUND_WAIT_S, is_proof
+from raygroups.chaos.compaction import KILL_POINTS, ROUND_WAIT_S, about_to_swap
 from raygroups.chaos.faults import PlannedFault
 from raygroups.chaos.workload import EventLog, clock
 from raygroups.deployment.seam import NODE_LABEL, Directory
@@ -268,13 +268,14 @@ class Nemesis:
         self._record("compaction-kill", {"round": hit[0], "where": where, "step": hit[1], "pid": pid})
 
     def _compaction_failover(self, fault: PlannedFault, group: str, partition: int) -> None:
-        """The leader of the partition a round swaps last (the rounds swap in partition order) is killed as
-        soon as the round's proof is in: its swap meets a new leader, whose epoch fences it."""
+        """Once a round's proof is in, the leader of the partition it is about to swap last is killed: its swap
+        meets a new leader, whose epoch fences it."""
         rounds = self._compaction_rounds()
-        hit = rounds.wait_for(is_proof, rounds.every_s + ROUND_WAIT_S)
+        hit = rounds.wait_for(about_to_swap, rounds.every_s + ROUND_WAIT_S)
         if hit is None:
-            raise FaultSkipped("no compaction round came to its proof")
-        self._shard_kill(fault, group, self.cluster.num_partitions - 1, "compaction-failover", {"round": hit[0]})
+            raise FaultSkipped("no compaction round came to swap a partition")
+        round_, step = hit
+        self._shard_kill(fault, group, step["proved"][-1], "compaction-failover", {"round": round_})
 
     # --- consumer faults -------------------------------------------------------------------------------
     def _consumer_kill(self, fault: PlannedFault, group: str, partition: int) -> None:

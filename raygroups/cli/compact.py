@@ -89,7 +89,8 @@ def parse_every(value: str | None, option: str = "--every") -> float | None:
 @click.option("--rounds", default=None, type=click.IntRange(1), help="Watch mode: stop after this many rounds.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the report as JSON (one line per round), and the progress as JSON lines on stderr "
-                   '({"step": "upload|compact|swap", "done": N, "total": M}; "spark" while its session starts).')
+                   '({"step": "upload|compact|swap", "done": N, "total": M}; "spark" while its session starts; '
+                   'the first swap line names the partitions about to be swapped: "proved": [...]).')
 @click.option("--verbose", is_flag=True, help="Show Spark's and Ray's console output.")
 def compact(address: str, namespace: str, partition_list: str | None, storage_uri: str | None, local: bool,
             every: str | None, min_dirty_ratio: float, rounds: int | None, as_json: bool, verbose: bool) -> None:
@@ -263,8 +264,8 @@ def _run_with_progress(cluster: Any, partitions, storage_uri, as_json: bool, ver
     from raygroups.compaction.spark_session import spark_session
 
     if as_json:  # a machine follows the progress: a JSON line per step, on stderr (stdout is the report's)
-        def step(name: str, done: int, total: int) -> None:
-            click.echo(json.dumps({"step": name, "done": done, "total": total}), err=True)
+        def step(name: str, done: int, total: int, **detail: Any) -> None:
+            click.echo(json.dumps({"step": name, "done": done, "total": total, **detail}), err=True)
 
         step("spark", 0, 1)
         spark = spark_session(verbose=verbose)
@@ -277,7 +278,7 @@ def _run_with_progress(cluster: Any, partitions, storage_uri, as_json: bool, ver
     with Progress(console=console, transient=True) as bar:
         tasks: dict[str, Any] = {}
 
-        def progress(step: str, done: int, total: int) -> None:
+        def progress(step: str, done: int, total: int, **_detail: Any) -> None:
             if step not in tasks:
                 tasks[step] = bar.add_task({"upload": "leaders upload closed segments",
                                             "compact": "Spark: decode, select, write, prove",

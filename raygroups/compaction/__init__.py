@@ -79,7 +79,9 @@ def dirty_ratio(segments: list, cleaned_offset: int) -> float:
 def run_with_progress(cluster: Any, *, partitions: list[int] | None = None, storage_uri: str | None = None,
                       spark: Any = None, now_ms: int | None = None, progress: Any = None,
                       min_dirty_ratio: float | None = None) -> CompactionReport:
-    """``run``, calling ``progress(step, done, total)`` as the run advances (the CLI's progress bars).
+    """``run``, calling ``progress(step, done, total, **detail)`` as the run advances (the CLI's progress
+    bars); the swap step's first call (``done`` 0) names the partitions whose proof held, which it is about to
+    swap in this order: ``proved=[...]``.
 
     With ``min_dirty_ratio`` (the watch mode's ``min.cleanable.dirty.ratio``), a partition whose dirty ratio
     is below it is uploaded for the snapshot but not compacted (reported ok, with its ratio)."""
@@ -102,7 +104,7 @@ def run_with_progress(cluster: Any, *, partitions: list[int] | None = None, stor
     now_ms = WallClock().now_ms() if now_ms is None else now_ms
     run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
     report = CompactionReport(run_id=run_id, storage_uri=storage_uri)
-    step = progress or (lambda *_: None)
+    step = progress or (lambda *_, **__: None)
     rows = {p: _row(p) for p in chosen}
     # 1. Each leader uploads its closed segments (and a copy of its active one, for the snapshot).
     uploads: dict[int, dict] = {}
@@ -156,6 +158,9 @@ def run_with_progress(cluster: Any, *, partitions: list[int] | None = None, stor
     by_partition: dict[int, list[dict]] = {}
     for s in summaries:
         by_partition.setdefault(s["partition"], []).append(s)
+    proved = [p for p in sorted(uploads) if p not in clean_enough and by_partition.get(p) and equivalence.get(p)
+              and equivalence[p]["digest_before"] == equivalence[p]["digest_after"]]
+    step("swap", 0, len(uploads), proved=proved)
     # 5. Swap, partition by partition, where the proof holds: the leader, then its followers.
     for i, p in enumerate(sorted(uploads)):
         row, outs = rows[p], by_partition.get(p, [])

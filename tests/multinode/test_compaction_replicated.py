@@ -101,7 +101,7 @@ def test_replicated_compaction_survives_a_leader_change_mid_run_and_a_node_kill(
     epoch = cluster.partition_state(p)["leader_epoch"]
 
     # Run 1: partition p's leader node dies after the proof, and a new leader takes over before the swap.
-    def kill_leader_before_swap(step: str, done: int, total: int) -> None:
+    def kill_leader_before_swap(step: str, done: int, total: int, **_detail) -> None:
         if (step, done) == ("compact", 3):
             cluster.kill_node(victim)
             wait_for(lambda: cluster.partition_state(p)["leader"] not in (victim, None), timeout_s=60,

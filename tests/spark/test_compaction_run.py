@@ -174,6 +174,9 @@ def test_watch_rounds_compact_only_partitions_at_least_as_dirty_as_the_ratio(env
     steps = [json.loads(line) for line in err.strip().splitlines()]
     assert steps[0] == {"step": "spark", "done": 0, "total": 1}
     assert {"step": "compact", "done": 3, "total": 3} in steps  # the first round's proof
+    # Then the partitions whose proof held, about to be swapped: every one in the first round, none in the second.
+    proved = [s["proved"] for s in steps if s["step"] == "swap" and s["done"] == 0]
+    assert proved == [[0, 1], []]
     assert [s["step"] for s in steps].count("spark") == 4 and steps[-1]["step"] == "swap"
     assert all(r["swapped"] and r["dirty_ratio"] >= 0.5 for r in first["partitions"]), first["partitions"]
     for row in second["partitions"]:

@@ -16,6 +16,7 @@ from raygroups.chaos import check
 from raygroups.chaos.compaction import (
     KILL_POINTS,
     CompactionRounds,
+    about_to_swap,
     compaction_summary,
     is_proof,
     round_summary,
@@ -64,8 +65,11 @@ def test_a_rounds_report_becomes_what_the_history_keeps():
 def test_the_kill_points_and_the_proof_are_read_from_the_progress_lines():
     in_job, after_proof, between_swaps = (reached for _, reached in KILL_POINTS)
     assert in_job({"step": "compact", "done": 0, "total": 3}) and not in_job({"step": "compact", "done": 3, "total": 3})
-    assert is_proof({"step": "compact", "done": 3, "total": 3}) and after_proof is is_proof
-    assert not is_proof({"step": "upload", "done": 8, "total": 8})
+    assert is_proof({"step": "compact", "done": 3, "total": 3}) and not is_proof({"step": "upload", "done": 8,
+                                                                                  "total": 8})
+    # Between the proof and the swaps: the line that names the partitions about to be swapped (some).
+    assert after_proof is about_to_swap and about_to_swap({"step": "swap", "done": 0, "total": 8, "proved": [2, 5]})
+    assert not about_to_swap({"step": "swap", "done": 0, "total": 8, "proved": []})
     assert between_swaps({"step": "swap", "done": 1, "total": 8})
     assert not between_swaps({"step": "swap", "done": 8, "total": 8}) and not between_swaps({"step": "swap", "done": 0,
                                                                                             "total": 8})
@@ -127,6 +131,7 @@ for round_ in range(100):
     for done in range(4):
         print(json.dumps({"step": "compact", "done": done, "total": 3}), file=sys.stderr, flush=True)
         time.sleep(0.05)
+    print(json.dumps({"step": "swap", "done": 0, "total": 1, "proved": [0]}), file=sys.stderr, flush=True)
     print(json.dumps({"ok": True, "run_id": f"r{round_}", "seconds": 0.2,
                       "partitions": [{"partition": 0, "swapped": True, "equivalent": True, "ok": True}]}), flush=True)
     time.sleep(0.2)
@@ -144,8 +149,8 @@ def test_the_supervisor_starts_a_killed_job_again_and_the_history_says_which_rou
     rounds = CompactionRounds("127.0.0.1:1", "ns", 1.0, clock(), str(tmp_path / "compaction.log"))
     rounds.start()
     try:
-        hit = rounds.wait_for(is_proof, timeout_s=30)
-        assert hit is not None and hit[1] == {"step": "compact", "done": 3, "total": 3}
+        hit = rounds.wait_for(about_to_swap, timeout_s=30)
+        assert hit is not None and hit[1] == {"step": "swap", "done": 0, "total": 1, "proved": [0]}
         hit = rounds.wait_for(KILL_POINTS[0][1], timeout_s=30)
         assert hit is not None and rounds.kill() is not None
         killed = hit[0]
