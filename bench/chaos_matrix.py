@@ -56,10 +56,16 @@ def run_one(out: Path, mix: str, seed: int, seconds: float) -> dict:
     report = folder / "report.json"
     if not report.exists():
         return {"mix": mix, "seed": seed, "error": (done.stderr or done.stdout).strip().splitlines()[-1:]}
-    return {"wall_s": round(time.monotonic() - started, 1), **row(mix, seed, json.loads(report.read_text()))}
+    (folder / "commit.txt").write_text(commit() + "\n")  # the code it ran
+    return {"wall_s": round(time.monotonic() - started, 1), **row(mix, seed, json.loads(report.read_text()), folder)}
 
 
-def row(mix: str, seed: int, report: dict) -> dict:
+def commit() -> str:
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+    return done.stdout.strip() or "unknown"
+
+
+def row(mix: str, seed: int, report: dict, folder: Path | None = None) -> dict:
     failover = report.get("failover") or {}
     total = failover.get("total_s") or {}
     unavailable = report.get("unavailability_s") or {}
@@ -74,6 +80,7 @@ def row(mix: str, seed: int, report: dict) -> dict:
         "commits": (report.get("commits") or {}).get("ok"),
         "nemesis_errors": len(report.get("nemesis_errors") or []),
         "compaction_rounds": (report.get("compaction") or {}).get("rounds_completed"),
+        "commit": (folder / "commit.txt").read_text().strip() if folder and (folder / "commit.txt").exists() else None,
     }
 
 
@@ -97,7 +104,7 @@ def write_tables(out: Path, rows: list[dict], seconds: float) -> None:
     (out / "matrix.json").write_text(json.dumps({"machine": machine, "seconds_per_run": seconds, "rate_per_min": RATE,
                                                  "mixes": {m: MIXES[m][0] for m in summary}, "summary": summary,
                                                  "runs": rows}, indent=1, sort_keys=True))
-    lines = [f"# Chaos matrix: {len(rows)} runs of {seconds:g} s, {RATE:g} faults/min", "",
+    lines = [f"# Chaos matrix: {len(rows)} run(s) of {seconds:g} s, {RATE:g} faults/min", "",
              f"Machine: {machine['cpus']} cores, Python {machine['python']}, {machine['platform']}.", "",
              "| mix | faults in the mix | runs | valid | faults carried out | worst failover p99 | violations |",
              "|---|---|---|---|---|---|---|"]
@@ -105,17 +112,18 @@ def write_tables(out: Path, rows: list[dict], seconds: float) -> None:
         worst = "-" if s["failover_p99_s_worst"] is None else f"{s['failover_p99_s_worst']:.2f} s"
         lines.append(f"| {mix} | {MIXES[mix][0]} | {s['runs']} | {s['valid']}/{s['runs']} | {s['faults']} | {worst} | "
                      f"{', '.join(s['violations']) or 'none'} |")
-    lines += ["", "| run | valid | faults (planned) | failovers | p50 | p99 | max unavailable (s, one partition) | "
-              "commits |", "|---|---|---|---|---|---|---|---|"]
+    lines += ["", "| run | code | valid | faults (planned) | failovers | p50 | p99 | max unavailable (s, one "
+              "partition) | commits |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['mix']}-seed{r['seed']} | no report: {' '.join(r['error'])} | | | | | | |")
+            lines.append(f"| {r['mix']}-seed{r['seed']} | | no report: {' '.join(r['error'])} | | | | | | |")
             continue
 
         def s(v):
             return "-" if v is None else f"{v:.2f}"
 
-        lines.append(f"| {r['mix']}-seed{r['seed']} | {'yes' if r['valid'] else 'NO'} | {r['faults']} "
+        lines.append(f"| {r['mix']}-seed{r['seed']} | {r.get('commit') or '-'} | {'yes' if r['valid'] else 'NO'} | "
+                     f"{r['faults']} "
                      f"({r['faults_planned']}) | {r['failovers']} | {s(r['failover_p50_s'])} | {s(r['failover_p99_s'])} | "
                      f"{s(r['unavailable_s_max_partition'])} | {r['commits']} |")
     (out / "matrix.md").write_text("\n".join(lines) + "\n")
@@ -145,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     for i, (mix, seed) in enumerate(todo, 1):
         report = run_dir(args.out, mix, seed) / "report.json"
         if report.exists():
-            rows.append(row(mix, seed, json.loads(report.read_text())))
+            rows.append(row(mix, seed, json.loads(report.read_text()), report.parent))
             continue
         if args.tables_only:
             continue

@@ -5,7 +5,10 @@ Choosing among a node's spares happens in one call at a time: a failover adoptin
 controller's background task starting and stopping spares per partition both run in the controller's
 threads, and each lists the spares, decides and acts under this keeper's lock, so neither acts on a
 listing the other has changed meanwhile (a spare the failover took is recorded as adopting before the
-lock is released, and the background task leaves such spares alone).
+lock is released, and the background task leaves such spares alone). Only the replacements of a node's
+spare for all and cold spares are created outside the lock (a named actor's creation may take a second on
+a loaded machine, which the next failover must not wait for), counted as there until the listing shows
+them.
 """
 
 from __future__ import annotations
@@ -38,6 +41,10 @@ class SpareKeeper:
         # a new shard actor's start when no spare adopted it.
         self.took: dict[int, dict[str, float]] = {}
         self._wanting: Counter[tuple[str, bool]] = Counter()  # (node, cold): spares taken, not yet replaced
+        # (node, cold): spares being created, outside the lock (a named actor's creation waits for the GCS to
+        # register its name, up to a second under load, which no failover may wait for); the node's listing
+        # shows them once created, and until then they count as there.
+        self._creating: Counter[tuple[str, bool]] = Counter()
 
     @property
     def per_partition(self) -> bool:
@@ -64,9 +71,10 @@ class SpareKeeper:
                 if handle is not None:
                     break
             took["adopt_s"], step = time.monotonic() - step, time.monotonic()
-            if needs_spare_for_all(self.per_partition, free, used):
+            if needs_spare_for_all(self.per_partition, free, used) and not self._creating[(node, False)]:
                 self._wanting[(node, False)] = 1  # the node's spare for all was taken: ``replenish`` starts one
-            self._wanting[(node, True)] = cold_spares_missing(free, self._actors.cold_spares, used)  # and cold ones
+            self._wanting[(node, True)] = max(0, cold_spares_missing(free, self._actors.cold_spares, used)
+                                              - self._creating[(node, True)])  # and its cold ones
         if handle is None:
             # No spare took it: a new process, started outside the lock, so that the other partitions of a
             # lost node adopt their spares meanwhile rather than after this start (a second or more).
@@ -81,9 +89,22 @@ class SpareKeeper:
         machine and nothing of the failover needs it."""
         with self._lock:
             wanted = [cold for cold in (False, True) for _ in range(self._wanting.pop((node, cold), 0))]
-            for cold in wanted:
-                self._actors.create_spare(node, scheduling, cold=cold)
-            return bool(wanted)
+            self._creating.update((node, cold) for cold in wanted)
+        self._create(node, scheduling, wanted)
+        return bool(wanted)
+
+    def _create(self, node: str, scheduling: dict[str, Any], kinds: list[bool]) -> None:
+        """Create ``node``'s spares of ``kinds`` (cold or not), counted in ``_creating`` by the caller, outside
+        the lock: a failover choosing among the node's spares meanwhile does not wait for them."""
+        left = list(kinds)
+        try:
+            while left:
+                self._actors.create_spare(node, scheduling, cold=left[0])
+                with self._lock:
+                    self._creating[(node, left.pop(0))] -= 1
+        finally:
+            with self._lock:  # not created (an error): no longer being created either
+                self._creating.subtract((node, cold) for cold in left)
 
     def ensure_spare(self, node: str, scheduling: dict[str, Any]) -> bool:
         """See that ``node`` has a spare for every partition (without spares per partition: those are the
@@ -91,14 +112,13 @@ class SpareKeeper:
         adopted rather than started; True if one was started now."""
         with self._lock:
             free = free_spares(self._actors.list_spares(node))
-            started = False
-            if needs_spare_for_all(self.per_partition, free):
-                self._actors.create_spare(node, scheduling)
-                started = True
-            for _ in range(cold_spares_missing(free, self._actors.cold_spares)):
-                self._actors.create_spare(node, scheduling, cold=True)
-                started = True
-            return started
+            # Those being created, and those a failover took that ``replenish`` is about to replace, count.
+            coming = self._creating + self._wanting
+            kinds = [False] if needs_spare_for_all(self.per_partition, free) and not coming[(node, False)] else []
+            kinds += [True] * max(0, cold_spares_missing(free, self._actors.cold_spares) - coming[(node, True)])
+            self._creating.update((node, cold) for cold in kinds)
+        self._create(node, scheduling, kinds)
+        return bool(kinds)
 
     def ensure_standby_spares(self, node: str, followed: set[int] | frozenset[int],
                               scheduling: dict[str, Any]) -> tuple[list[int], list[str]]:

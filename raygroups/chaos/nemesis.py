@@ -66,6 +66,7 @@ class Nemesis:
         self._lock = threading.Lock()
         self.controller_events: Any = None  # the run's ControllerEvents
         self.compaction: Any = None  # the run's CompactionRounds (--compaction-every)
+        self.faults_until: float | None = None  # on clock(): when the run's faults window ends
         self.wall_t0 = time.time() - (clock() - self.t0)  # the run's start on the wall clock
         self._local_ip = ray.util.get_node_ip_address()
 
@@ -256,10 +257,16 @@ class Nemesis:
             raise FaultSkipped("no compaction rounds in this run")
         return self.compaction
 
+    def _round_wait_s(self, rounds: Any) -> float:
+        """How long a compaction fault waits for a round to reach its point: a round's period and more, but
+        not past the end of the run's faults window."""
+        wait = rounds.every_s + ROUND_WAIT_S
+        return wait if self.faults_until is None else max(0.0, min(wait, self.faults_until - clock()))
+
     def _compaction_kill(self, fault: PlannedFault, group: str, partition: int) -> None:
         rounds = self._compaction_rounds()
         where, reached = KILL_POINTS[fault.pick % len(KILL_POINTS)]
-        hit = rounds.wait_for(reached, rounds.every_s + ROUND_WAIT_S)
+        hit = rounds.wait_for(reached, self._round_wait_s(rounds))
         if hit is None:
             raise FaultSkipped(f"no compaction round got {where}")
         pid = rounds.kill()
@@ -271,7 +278,7 @@ class Nemesis:
         """Once a round's proof is in, the leader of the partition it is about to swap last is killed: its swap
         meets a new leader, whose epoch fences it."""
         rounds = self._compaction_rounds()
-        hit = rounds.wait_for(about_to_swap, rounds.every_s + ROUND_WAIT_S)
+        hit = rounds.wait_for(about_to_swap, self._round_wait_s(rounds))
         if hit is None:
             raise FaultSkipped("no compaction round came to swap a partition")
         round_, step = hit

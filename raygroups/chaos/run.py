@@ -521,6 +521,7 @@ def run(options: RunOptions, faults: list[str], view: Any) -> RunResult:
         ticker = threading.Thread(target=_tick_until, args=(stop_ticking, workload, view, nemesis, current),
                                   daemon=True)
         ticker.start()
+        nemesis.faults_until = faults_started + options.seconds
         if options.compaction_every_s is not None:
             nemesis.compaction = _start_compaction(cluster, options, t0)
         try:

@@ -3,8 +3,10 @@ performer (``placement.spare_keeper``) against a seam that plays Ray's actors in
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
+import pytest
 from raygroups.placement.model import Metadata, Observations, Settings
 from raygroups.placement.nodes import NodeObservation
 from raygroups.placement.plan import PartitionAssignment
@@ -217,7 +219,43 @@ def test_choosing_among_a_nodes_spares_lists_decides_and_acts_under_one_lock():
     for method in ("list_spares", "adopt", "kill_shard", "create_spare", "kill_spare"):
         setattr(seam, method, under_lock(method, getattr(seam, method)))
     keeper.replace_shard(2, "n", {})
-    keeper.replenish("n", {})
+    keeper.replenish("n", {})  # the cold spare the failover used: created outside the lock
+    assert held[-1] == ("create_spare", False) and seam.actions[-1] == ("new cold spare",)
+    del held[-1]
     keeper.ensure_standby_spares("n", {1}, {})
     assert {name for name, _ in held} == {"list_spares", "adopt", "kill_shard", "create_spare", "kill_spare"}
     assert all(locked for _, locked in held)
+
+
+def test_spares_being_created_outside_the_lock_count_as_there_for_the_decisions_meanwhile():
+    """While a node's replacement spares are being created (outside the lock), a failover onto the node and
+    the background check neither want nor start them a second time; an error creating one forgets it."""
+    seam = Seam(cold_spares=2)
+    keeper = SpareKeeper(seam)
+    seam.spares = {"all": Spare("all", None), "c1": Spare("c1", None, cold=True), "c2": Spare("c2", None, cold=True)}
+    assert keeper.replace_shard(1, "n", {}) == "all"
+    during = []
+    create = seam.create_spare
+
+    def slow_create(node, scheduling, standby_for=None, cold=False):
+        if not during:  # the first creation: meanwhile, another failover and the background check
+            during.append(keeper.replace_shard(2, "n", {}))
+            during.append(keeper.ensure_spare("n", {}))
+        return create(node, scheduling, standby_for, cold)
+
+    seam.create_spare = slow_create
+    assert keeper.replenish("n", {}) is True
+    assert during == ["c1", False]  # c1 adopted; the spare for all being created is not wanted again
+    assert +keeper._creating == Counter()
+    # The cold spare c1's adoption took: wanted once, and started by the next replenish.
+    assert keeper.replenish("n", {}) is True and keeper.replenish("n", {}) is False
+    assert [a for a in seam.actions if a[0].startswith("new")] == [("new spare", None), ("new cold spare",)]
+
+    def failing(node, scheduling, standby_for=None, cold=False):
+        raise RuntimeError("the GCS did not answer")
+
+    seam.create_spare = failing
+    keeper._wanting[("n", True)] = 2
+    with pytest.raises(RuntimeError):
+        keeper.replenish("n", {})
+    assert +keeper._creating == Counter()  # nothing is left counted as being created
