@@ -105,8 +105,10 @@ class CompactionRounds:
     # --- the process and its supervisor ------------------------------------------------------------
     def command(self) -> list[str]:
         # --verbose: Spark's and Ray's own lines go to the log beside the run (a failed round's why).
+        # A round stuck past three periods (at least 3 minutes) has its Spark jobs cancelled (--round-timeout).
         cmd = [sys.executable, "-m", "raygroups", "compact", "--address", self.address, "--namespace",
-               self.namespace, "--every", f"{self.every_s:g}s", "--min-dirty-ratio", "0", "--json", "--verbose"]
+               self.namespace, "--every", f"{self.every_s:g}s", "--min-dirty-ratio", "0", "--json", "--verbose",
+               "--round-timeout", f"{max(3 * self.every_s, 180):g}s"]
         return cmd + (["--storage-uri", self.storage_uri] if self.storage_uri else [])
 
     def start(self) -> None:

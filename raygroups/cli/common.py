@@ -6,6 +6,7 @@ from __future__ import annotations
 import enum
 import json
 import logging
+import os
 import sys
 from typing import NoReturn
 
@@ -77,10 +78,23 @@ def parse_config(items: tuple[str, ...]) -> dict[str, int | bool]:
 
 
 def init_ray(address: str) -> None:
+    """Join the Ray cluster at ``address``; ``ConnectionError`` in one sentence when it refuses this client's
+    token (Ray's token authentication), whose retries Ray's core would otherwise log as warnings first."""
+    os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")  # the core's retry warnings: not the operator's
     import ray
 
-    if not ray.is_initialized():
+    if ray.is_initialized():
+        return
+    try:
         ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+    except ray.exceptions.AuthenticationError:
+        ray.shutdown()
+        if os.environ.get("RAY_AUTH_MODE") == "token":
+            raise ConnectionError(f"the Ray cluster at {address} refused this client's token: give it the "
+                                  f"cluster's (~/.ray/auth_token, RAY_AUTH_TOKEN_PATH or RAY_AUTH_TOKEN)") from None
+        raise ConnectionError(f"the Ray cluster at {address} requires token authentication: set RAY_AUTH_MODE=token "
+                              f"and give this client the cluster's token (~/.ray/auth_token, RAY_AUTH_TOKEN_PATH or "
+                              f"RAY_AUTH_TOKEN)") from None
 
 
 def json_requested() -> bool:

@@ -6,6 +6,7 @@ import json
 import re
 import sys
 import tempfile
+import threading
 import time
 from typing import Any
 
@@ -87,18 +88,24 @@ def parse_every(value: str | None, option: str = "--every") -> float | None:
               help="Kafka's min.cleanable.dirty.ratio: bytes of closed segments not compacted yet over all closed "
                    "bytes (watch mode only; a manual run compacts every partition).")
 @click.option("--rounds", default=None, type=click.IntRange(1), help="Watch mode: stop after this many rounds.")
+@click.option("--round-timeout", default="30m", show_default=True, metavar="DURATION",
+              help="Watch mode: a round still running after this long has its Spark jobs cancelled and fails (a "
+                   "job can wait for ever on executors lost with their node); the next round starts a new session "
+                   "if this one lost its executors.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the report as JSON (one line per round), and the progress as JSON lines on stderr "
                    '({"step": "upload|compact|swap", "done": N, "total": M}; "spark" while its session starts; '
                    'the first swap line names the partitions about to be swapped: "proved": [...]).')
 @click.option("--verbose", is_flag=True, help="Show Spark's and Ray's console output.")
 def compact(address: str, namespace: str, partition_list: str | None, storage_uri: str | None, local: bool,
-            every: str | None, min_dirty_ratio: float, rounds: int | None, as_json: bool, verbose: bool) -> None:
+            every: str | None, min_dirty_ratio: float, rounds: int | None, round_timeout: str, as_json: bool,
+            verbose: bool) -> None:
     """Compact the offsets logs with a Spark job on Ray (raydp); exit 0 only if every partition is ok."""
     from raygroups.compaction.spark_session import JavaMissingError, java_problem
 
     partitions = _parse_partitions(partition_list)
     every_s = parse_every(every)
+    round_timeout_s = parse_every(round_timeout, "--round-timeout")
     if every_s is not None and local:
         raise click.UsageError("--every watches a deployment; --local is a one-off demonstration")
     if rounds is not None and every_s is None:
@@ -110,7 +117,7 @@ def compact(address: str, namespace: str, partition_list: str | None, storage_ur
         code = _compact_local(partitions, storage_uri, as_json, verbose)
     else:
         code = _compact_deployment(address, namespace, partitions, storage_uri, as_json, verbose,
-                                   (every_s, min_dirty_ratio, rounds))
+                                   (every_s, min_dirty_ratio, rounds, round_timeout_s))
     sys.exit(code)
 
 
@@ -118,12 +125,13 @@ def _compact_deployment(address, namespace, partitions, storage_uri, as_json, ve
     from raygroups.compaction.spark_session import stop_spark_session
     from raygroups.deployment.start import connect
 
-    every_s, min_dirty_ratio, rounds = watch
+    every_s, min_dirty_ratio, rounds, round_timeout_s = watch
     try:
         init_ray(address)
         cluster = connect(address, namespace)
         if every_s is not None:
-            return watch_rounds(cluster, partitions, storage_uri, as_json, verbose, every_s, min_dirty_ratio, rounds)
+            return watch_rounds(cluster, partitions, storage_uri, as_json, verbose, every_s, min_dirty_ratio, rounds,
+                                round_timeout_s)
         report = _run_with_progress(cluster, partitions, storage_uri, as_json, verbose)
     except ERRORS as e:
         fail(e)
@@ -136,14 +144,17 @@ def _compact_deployment(address, namespace, partitions, storage_uri, as_json, ve
 
 
 def watch_rounds(cluster: Any, partitions, storage_uri, as_json: bool, verbose: bool, every_s: float,
-                 min_dirty_ratio: float, rounds: int | None) -> int:
+                 min_dirty_ratio: float, rounds: int | None, round_timeout_s: float | None = None) -> int:
     """The watch mode: a round every ``every_s`` (from the start of the previous one) until ``rounds`` or
     Ctrl-C; 0 if the last round was ok. Each round's report is shown (one JSON line with ``--json``). A round
-    that fails (the head restarting under it, a Spark job error) is reported in one sentence and the watch
-    goes on: the next round finds out whether its Spark session still answers and starts a new one if not
+    that fails (the head restarting under it, a Spark job error, its Spark jobs cancelled after
+    ``round_timeout_s``) is reported in one sentence and the watch goes on: the next round finds out whether
+    its Spark session still answers with an executor and starts a new one if not
     (``compaction.spark_session``)."""
     import ray
     from rich.console import Console
+
+    from raygroups.compaction.spark_session import cancel_jobs
 
     console = Console(stderr=True, quiet=as_json)
     console.print(f"compacting every {every_s:g} s the partitions whose dirty ratio is at least "
@@ -152,11 +163,17 @@ def watch_rounds(cluster: Any, partitions, storage_uri, as_json: bool, verbose: 
     try:
         while True:
             started = time.monotonic()
+            timer = None if round_timeout_s is None else threading.Timer(round_timeout_s, cancel_jobs)
+            if timer is not None:
+                timer.daemon = True
+                timer.start()
             try:
                 report = _run_with_progress(cluster, partitions, storage_uri, as_json, verbose,
                                             min_dirty_ratio=min_dirty_ratio)
             except (*ERRORS, *_spark_errors(), ray.exceptions.RayError) as e:
                 why = _one_sentence(e) if isinstance(e, _spark_errors()) else f"{type(e).__name__}: {e}"
+                if round_timeout_s is not None and time.monotonic() - started >= round_timeout_s:
+                    why = f"cut short after {round_timeout_s:g} s (--round-timeout): {why}"
                 console.print(f"round {done + 1} failed: {str(why).splitlines()[0][:300]}", markup=False)
                 if as_json:
                     click.echo(json.dumps({"ok": False, "error": str(why).splitlines()[0][:300]}))
@@ -164,6 +181,9 @@ def watch_rounds(cluster: Any, partitions, storage_uri, as_json: bool, verbose: 
             else:
                 _show(report, as_json)
                 done, ok = done + 1, report.ok
+            finally:
+                if timer is not None:
+                    timer.cancel()
             if rounds is not None and done >= rounds:
                 break
             wait = max(0.0, every_s - (time.monotonic() - started))

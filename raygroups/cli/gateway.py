@@ -9,7 +9,7 @@ import threading
 
 import click
 
-from raygroups.cli.common import ERRORS, fail, init_ray, main
+from raygroups.cli.common import ERRORS, ExitCode, fail, init_ray, main
 from raygroups.deployment.cluster import DEFAULT_NAMESPACE
 
 
@@ -40,6 +40,8 @@ def gateway(listen: str, address: str, namespace: str, source_spec: str | None, 
         init_ray(address)
         cluster = connect(address, namespace)
         gw = start(cluster, host=host, port=port, source=source, advertised_host=advertised_host)
+    except ConnectionError as e:  # no Ray there, or one that refuses this client
+        fail(e, ExitCode.UNREACHABLE)
     except (*ERRORS, OSError) as e:
         fail(e)
     # After Ray is up: ray.init installs a SIGTERM handler of its own that would exit 15.

@@ -105,8 +105,10 @@ def spark_session(*, executors: int = DEFAULT_EXECUTORS, executor_cores: int = D
             if ray.is_initialized() and _ray_identity() == _session_ray and _answers(_session):
                 return _session
             # Its Ray cluster was shut down (another may run now: a second deployment in this process, a
-            # restarted Ray) or its JVM is gone: that session can serve nothing, a new one starts.
-            log.info("the Spark session's Ray cluster or JVM is gone: starting a new session")
+            # restarted Ray), its JVM is gone, or its executors are (their node lost): that session can serve
+            # nothing (raydp starts no executor in place of a lost one: a job would wait for ever), a new one
+            # starts.
+            log.info("the Spark session's Ray cluster, JVM or executors are gone: starting a new session")
             _discard_session()
         problem = java_problem()
         if problem:
@@ -133,6 +135,19 @@ def spark_session(*, executors: int = DEFAULT_EXECUTORS, executor_cores: int = D
         return spark
 
 
+def cancel_jobs() -> bool:
+    """Cancel every job of the process's Spark session (from any thread): the call that waits on one raises.
+    False if there is no session, or its JVM does not answer."""
+    session = _session
+    if session is None:
+        return False
+    try:
+        session.sparkContext.cancelAllJobs()
+        return True
+    except Exception:  # noqa: BLE001 - a session whose JVM is gone: nothing runs there to cancel
+        return False
+
+
 def _ray_identity() -> tuple[str, str]:
     """The Ray cluster this process is connected to: its GCS address and session name (a new Ray, even at
     the same address, has a new session)."""
@@ -143,10 +158,10 @@ def _ray_identity() -> tuple[str, str]:
 
 
 def _answers(session: Any) -> bool:
-    """The session's JVM answers (one Py4J round trip)."""
+    """The session's JVM answers, and has an executor (one Py4J round trip each): Spark's block managers,
+    the driver's included, so more than one."""
     try:
-        session.sparkContext._jvm.java.lang.System.currentTimeMillis()
-        return True
+        return session.sparkContext._jsc.sc().getExecutorMemoryStatus().size() > 1
     except Exception:  # noqa: BLE001 - Py4J's errors of a dead gateway vary (connection refused, reset, closed)
         return False
 

@@ -107,6 +107,7 @@ def test_compact_usage_and_a_missing_java_is_one_sentence(monkeypatch):
     (["--every", "10m", "--local"], "--every watches a deployment; --local is a one-off demonstration"),
     (["--rounds", "2"], "--rounds needs --every"),
     (["--every", "10m", "--min-dirty-ratio", "1.5"], "1.5 is not in the range 0.0<=x<=1.0"),
+    (["--every", "10m", "--round-timeout", "never"], "Invalid value for --round-timeout: 'never' is not a duration"),
 ])
 def test_compact_watch_mode_usage_errors_exit_2(args, message):
     result = run("compact", *args)
@@ -322,3 +323,24 @@ def test_no_ray_at_the_address_is_unreachable_exit_3(monkeypatch):
         "error": "could not connect to a Ray cluster at 198.18.0.254:6379", "exit_code": 3}
     result = run("deploy", "--address", "198.18.0.254:6379", "--data-dir", "/d", "--json")
     assert result.exit_code == 3 and json.loads(result.stdout)["exit_code"] == 3
+
+
+def test_a_ray_cluster_that_refuses_this_clients_token_is_one_sentence_and_unreachable(monkeypatch):
+    """Ray's token authentication: a cluster started with RAY_AUTH_MODE=token refuses a client without its
+    token (ray.init raises AuthenticationError after its core's retries); the command says what to do."""
+    import ray
+
+    def refuse(**_kwargs):
+        raise ray.exceptions.AuthenticationError("InvalidAuthToken: no token")
+
+    monkeypatch.setattr(ray, "init", refuse)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    result = run("gateway", "--listen", "127.0.0.1:0", "--address", "198.18.0.254:6379")
+    assert result.exit_code == 3 and result.stderr == (
+        "error: the Ray cluster at 198.18.0.254:6379 requires token authentication: set RAY_AUTH_MODE=token and "
+        "give this client the cluster's token (~/.ray/auth_token, RAY_AUTH_TOKEN_PATH or RAY_AUTH_TOKEN)\n")
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    result = run("groups", "list", "--address", "198.18.0.254:6379", "--json")
+    assert result.exit_code == 3 and json.loads(result.stdout)["error"].startswith(
+        "the Ray cluster at 198.18.0.254:6379 refused this client's token")
