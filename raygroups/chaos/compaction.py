@@ -37,7 +37,7 @@ STOP_TIMEOUT_S = 10.0
 ROUND_WAIT_S = 120.0
 # A smaller segment than Kafka's 100 MiB when the run did not choose one, so that a run of minutes closes
 # segments for the rounds to compact.
-CHAOS_SEGMENT_BYTES = 64 * 1024
+CHAOS_SEGMENT_BYTES = 16 * 1024
 
 
 def is_proof(step: dict) -> bool:

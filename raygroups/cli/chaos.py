@@ -43,7 +43,7 @@ def _positive(name: str, value: float, limit: float) -> None:
 @click.option("--compaction-every", default=None, metavar="DURATION",
               help="Compaction rounds during the run: the operator's watch mode (raygroups compact --every) as a "
                    "process of its own, restarted when it dies; adds the compaction-kill and compaction-failover "
-                   "faults to the catalogue. The segment size defaults to 64 KiB then (--config "
+                   "faults to the catalogue. The segment size defaults to 16 KiB then (--config "
                    "offsets.topic.segment.bytes=... changes it).")
 @click.option("--address", default=None, help="Run against the deployment of this Ray cluster instead.")
 @click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True)

@@ -169,10 +169,12 @@ def watch_rounds(cluster: Any, partitions, storage_uri, as_json: bool, verbose: 
                 timer.start()
             try:
                 report = _run_with_progress(cluster, partitions, storage_uri, as_json, verbose,
-                                            min_dirty_ratio=min_dirty_ratio)
+                                            min_dirty_ratio=min_dirty_ratio,
+                                            deadline=None if timer is None else started + round_timeout_s)
             except (*ERRORS, *_spark_errors(), ray.exceptions.RayError) as e:
                 why = _one_sentence(e) if isinstance(e, _spark_errors()) else f"{type(e).__name__}: {e}"
-                if round_timeout_s is not None and time.monotonic() - started >= round_timeout_s:
+                if round_timeout_s is not None and time.monotonic() - started >= round_timeout_s \
+                        and not isinstance(e, TimeoutError):
                     why = f"cut short after {round_timeout_s:g} s (--round-timeout): {why}"
                 console.print(f"round {done + 1} failed: {str(why).splitlines()[0][:300]}", markup=False)
                 if as_json:
@@ -276,16 +278,24 @@ def _snapshot_offsets(path: str) -> dict:
 
 
 def _run_with_progress(cluster: Any, partitions, storage_uri, as_json: bool, verbose: bool,
-                       min_dirty_ratio: float | None = None):
+                       min_dirty_ratio: float | None = None, deadline: float | None = None):
+    """One run with its progress shown; with ``deadline`` (on ``time.monotonic``), a step reached after it
+    ends the run with ``TimeoutError`` (what it left is what a kill at that step leaves, which the next run
+    takes up)."""
     from rich.console import Console
     from rich.progress import Progress
 
     from raygroups import compaction
     from raygroups.compaction.spark_session import spark_session
 
+    def in_time() -> None:
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError("the round ran past --round-timeout; its Spark jobs were cancelled")
+
     if as_json:  # a machine follows the progress: a JSON line per step, on stderr (stdout is the report's)
         def step(name: str, done: int, total: int, **detail: Any) -> None:
             click.echo(json.dumps({"step": name, "done": done, "total": total, **detail}), err=True)
+            in_time()
 
         step("spark", 0, 1)
         spark = spark_session(verbose=verbose)
@@ -304,6 +314,7 @@ def _run_with_progress(cluster: Any, partitions, storage_uri, as_json: bool, ver
                                             "compact": "Spark: decode, select, write, prove",
                                             "swap": "replicas swap compacted segments"}.get(step, step), total=total)
             bar.update(tasks[step], completed=done, total=total)
+            in_time()
 
         return compaction.run_with_progress(cluster, partitions=partitions, storage_uri=storage_uri, spark=spark,
                                             progress=progress, min_dirty_ratio=min_dirty_ratio)

@@ -187,3 +187,21 @@ def test_watch_rounds_compact_only_partitions_at_least_as_dirty_as_the_ratio(env
     for row in compaction.read_snapshot(None, second["snapshot_path"]).to_pylist():
         snapshot.setdefault(row["group_id"], {})[(row["topic"], row["partition"])] = (row["offset"], row["metadata"])
     assert snapshot == {g: v for g, v in expected.items() if v}
+
+
+def test_a_watch_round_past_its_round_timeout_fails_and_changes_nothing(env, capsys):
+    """``--round-timeout``: a round still running at its deadline has its Spark jobs cancelled and stops at
+    its next step, reported in one line; the offsets are as they were."""
+    import json
+
+    from raygroups.cli.compact import watch_rounds
+
+    cluster, _spark = env
+    client = cluster.client()
+    expected = _fetch_all(client)
+    capsys.readouterr()
+    assert watch_rounds(cluster, None, None, True, False, 1.0, 0.0, 1, round_timeout_s=0.001) == 1
+    (line,) = capsys.readouterr().out.strip().splitlines()
+    assert json.loads(line) == {"ok": False, "error": "TimeoutError: the round ran past --round-timeout; its Spark "
+                                                      "jobs were cancelled"}
+    assert _fetch_all(client) == expected
