@@ -16,7 +16,7 @@ def test_demo_passes_its_own_checks(ray_session, tmp_path, capfd):
     out = tmp_path / "demo"
     assert demo.main(["--seconds", "12", "--nodes", "1", "--seed", "3", "--out", str(out)]) == 0
     printed = capfd.readouterr().out
-    assert "checker (9 invariants): valid: no invariant violated" in printed
+    assert "checker (10 invariants): valid: no invariant violated" in printed
     assert f"history  {out}/history.jsonl" in printed and f"timeline {out}/timeline.png" in printed
     report = json.loads((out / "report.json").read_text())
     assert report["ok"] and report["faults_injected"] >= 1 and not report["replicated"]

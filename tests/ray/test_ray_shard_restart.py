@@ -97,7 +97,7 @@ def test_a_spare_serves_nothing_until_it_adopts_and_serves_that_partition_again_
     )
 
     namespace = "test-spare"
-    factory = ActorFactory(namespace, 4, {}, str(tmp_path))
+    factory = ActorFactory(namespace, 4, {"shard.cold.spares": 1}, str(tmp_path))  # (2 by default)
     keeper = SpareKeeper(factory)
     spare = factory.create_shard(None, "n1", {"node_id": ray.get_runtime_context().get_node_id()})
     wait_for(lambda: factory.free_spare_names("n1"), what="the spare to be named")
@@ -139,7 +139,7 @@ def test_a_spare_serves_nothing_until_it_adopts_and_serves_that_partition_again_
     # A spare per followed partition (shard.standby.per.partition): one for each partition the node
     # follows, none for one it no longer follows, none for every partition; a failover onto the node
     # adopts the one of its partition.
-    per = ActorFactory(namespace, 4, {"shard.standby.per.partition": True}, str(tmp_path))
+    per = ActorFactory(namespace, 4, {"shard.standby.per.partition": True, "shard.cold.spares": 1}, str(tmp_path))
     per_keeper = SpareKeeper(per)
     assert per_keeper.ensure_spare("n3", here) is True  # its cold spare only
     assert per_keeper.ensure_standby_spares("n3", {1, 2}, here) == ([1, 2], [])
