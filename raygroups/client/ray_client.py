@@ -104,11 +104,6 @@ class _ShardMoved(Exception):
     actor, deposed, can only refuse it) and sent again to the new one."""
 
 
-class _Unwanted(Exception):
-    """Every caller of a coalesced call has given up on it (cancelled, or timed out): it is no longer waited
-    for, so that the requests queued behind it in a one-in-flight lane can leave."""
-
-
 def _retrieve(task: asyncio.Future) -> None:
     if not task.cancelled():
         task.exception()
@@ -265,13 +260,15 @@ class RayGroupClient(GroupApi):
             self._lookups[partition] = lookup
         return lookup
 
-    async def _unless_moved(self, partition: int, handle: Any, ref: Any, parks: bool = False,
-                            wanted: Any = None) -> Any:
+    async def _unless_moved(self, partition: int, handle: Any, ref: Any, parks: bool = False) -> Any:
         """``ref``'s answer, or ``_ShardMoved`` once the partition's shard is known to be another actor than
         ``handle``'s, asked of the GCS while the answer does not come: every ``MOVED_CHECK_S``, or for a call
         that ``parks``, after ``PARKED_CHECK_S`` and then at doubling intervals up to ``PARKED_CHECK_MAX_S``. A
-        lookup that fails or hangs (the GCS away) changes nothing: the call is still waited for. ``wanted``
-        (optional) says whether anyone still waits for the answer; once it says no, ``_Unwanted``."""
+        lookup that fails or hangs (the GCS away) changes nothing: the call is still waited for, even when
+        its callers have given up on it -- the same shard may still apply it, and the requests behind it in
+        its lane must not overtake it (a commit abandoned, then applied after a newer one, would take the
+        committed offset back: the chaos checker's lost-acked-commit caught exactly that). A moved partition's
+        old shard can apply nothing: its leader epoch is fenced."""
         call = asyncio.ensure_future(_answer(ref))
         try:
             wait = PARKED_CHECK_S if parks else MOVED_CHECK_S
@@ -279,8 +276,6 @@ class RayGroupClient(GroupApi):
                 done, _ = await asyncio.wait({call}, timeout=wait)
                 if done:
                     return call.result()
-                if wanted is not None and not wanted():
-                    raise _Unwanted()
                 lookup = self._current_shard(partition)
                 done, _ = await asyncio.wait({call, lookup}, return_when=asyncio.FIRST_COMPLETED)
                 if call in done:
@@ -293,7 +288,7 @@ class RayGroupClient(GroupApi):
                 if parks:
                     wait = min(2 * wait, PARKED_CHECK_MAX_S)
         finally:
-            if not call.done():  # abandoned (moved, unwanted, or our caller cancelled): its outcome is nobody's
+            if not call.done():  # abandoned (moved, or our caller cancelled): its outcome is nobody's
                 call.add_done_callback(_retrieve)
 
     # ------------------------------------------------------------------------------------------
@@ -393,10 +388,9 @@ class RayGroupClient(GroupApi):
             self.batch_stats["calls"] += 1
             self.batch_stats["requests"] += len(requests)
             parks = REQUESTS.spec(requests[0]).may_park
-            wanted = lambda: not all(slot.future.done() for slot in batch)  # noqa: E731
             if len(requests) == 1:
-                answer(0, await self._unless_moved(partition, handle, handle.handle.remote(requests[0]), parks,
-                                                   wanted), retry)
+                answer(0, await self._unless_moved(partition, handle, handle.handle.remote(requests[0]), parks),
+                       retry)
             elif REQUESTS.spec(requests[0]).lane.streamed:
                 async for ref in handle.handle_stream.remote(requests):
                     answers_now: list[_Slot] = []
@@ -404,13 +398,11 @@ class RayGroupClient(GroupApi):
                         answer(i, response, answers_now)
                     self._retry_later(key, lane, answers_now)  # at once: the stream may go on for long
             else:
-                answers = await self._unless_moved(partition, handle, handle.handle_batch.remote(requests), parks,
-                                                   wanted)
+                answers = await self._unless_moved(partition, handle, handle.handle_batch.remote(requests), parks)
                 for i, response in enumerate(answers):
                     answer(i, response, retry)
-        except (ray.exceptions.RayError, ValueError, _ShardMoved, _Unwanted) as e:
-            # (moved: the new shard's handle is cached already; unwanted: the shard may be fine, only slow)
-            if not isinstance(e, (_ShardMoved, _Unwanted)):
+        except (ray.exceptions.RayError, ValueError, _ShardMoved) as e:
+            if not isinstance(e, _ShardMoved):  # (moved: the new shard's handle is cached already)
                 self._forget(partition)
             for i, slot in enumerate(batch):
                 if not answered[i]:
