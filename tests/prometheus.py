@@ -11,6 +11,7 @@ import shutil
 import socket
 import subprocess
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -104,4 +105,30 @@ class Prometheus:
                         and all(alert["labels"].get(k) == v for k, v in labels.items()):
                     return alert
             time.sleep(0.5)
-        raise AssertionError(f"{alertname} {labels} did not fire within {timeout_s}s; alerts: {self.alerts()}")
+        raise AssertionError(f"{alertname} {labels} did not fire within {timeout_s}s; alerts: {self.alerts()}; "
+                             f"the rule: {self._rule(alertname)}")
+
+    def _get(self, path: str) -> dict:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as r:
+            return json.load(r)["data"]
+
+    def query(self, expr: str) -> list[dict]:
+        """An instant query's result vector (``/api/v1/query``)."""
+        return self._get("/api/v1/query?" + urllib.parse.urlencode({"query": expr}))["result"]
+
+    def _rule(self, alertname: str) -> dict:
+        """What Prometheus last made of rule ``alertname``: its health, last error, and its expression's
+        operands now (for a histogram_quantile rule, the bucket rates under it), for a failure's message."""
+        try:
+            rules = [r for g in self._get("/api/v1/rules")["groups"] for r in g["rules"] if r["name"] == alertname]
+            if not rules:
+                return {}
+            rule = rules[0]
+            seen = {"health": rule.get("health"), "lastError": rule.get("lastError")}
+            inner = rule["query"].split(">")[0].strip()
+            if inner.startswith("histogram_quantile("):
+                inner = inner[len("histogram_quantile("):].split(",", 1)[1].strip()[:-1]
+            seen["operand"] = [(r["metric"], r["value"][1]) for r in self.query(inner)]
+            return seen
+        except (OSError, KeyError, IndexError, ValueError) as e:
+            return {"unreadable": repr(e)}

@@ -39,11 +39,15 @@ def _restore(cluster, *killed: str) -> None:
     for name in killed:
         cluster.restart_node(name)
     wait_for(lambda: _full_isr(cluster), timeout_s=90, what="every partition back to a full ISR")
-    # And leadership back on the preferred replicas: the controller's leader balance would otherwise move
-    # partitions during the next scenario, under its feet.
+    _wait_balanced(cluster)
+    check_one_shard_per_partition(cluster)
+
+
+def _wait_balanced(cluster) -> None:
+    """Leadership back on the preferred replicas: the controller's leader balance would otherwise move
+    partitions during the next scenario, under its feet."""
     wait_for(lambda: all(cluster.partition_state(p)["leader"] == cluster.partition_state(p)["replicas"][0]
                          for p in range(cluster.num_partitions)), timeout_s=90, what="leaders balanced back")
-    check_one_shard_per_partition(cluster)
 
 
 def _busiest_leader(cluster) -> str:
@@ -171,6 +175,7 @@ def test_followers_lost_then_writes_refused_then_back(cluster):
         wait_for(lambda: work.progressed(resumed), what="writes after the ISR grew back")
         work.observe()
     work.check_invariants()
+    _wait_balanced(cluster)
     check_one_shard_per_partition(cluster)
     check_followers_match_leader(cluster)
 
@@ -203,12 +208,16 @@ def test_the_alert_rules_fire_on_a_stalled_standby_and_a_follower_holding_append
     client = cluster.client()
     group = _group_of(p, cluster.num_partitions, "alerts")
 
+    took = []
+
     def commit(offset: int) -> None:
         offsets = {("alerts", i): (offset, "") for i in range(1000)}
+        started = time.monotonic()
         errors = client.commit_offsets(group_id=group, offsets=offsets).result(60).errors
+        took.append(round(time.monotonic() - started, 3))
         assert set(errors.values()) == {Errors.NONE}
 
-    with start_prometheus(tmp_path / "prometheus") as prom:
+    with start_prometheus(tmp_path / "standby") as prom:
         spare_pid = _actor_pid(cluster, spare)
         os.kill(spare_pid, signal.SIGSTOP)
         try:
@@ -219,7 +228,18 @@ def test_the_alert_rules_fire_on_a_stalled_standby_and_a_follower_holding_append
             assert float(alert["value"]) >= 12_000
         finally:
             os.kill(spare_pid, signal.SIGCONT)
-        assert not [a for a in prom.alerts() if a["labels"]["alertname"] == "RaygroupsAppendLatencyHigh"]
+    # A Prometheus of its own for the appends, whose rate() window starts after the commits above.
+    with start_prometheus(tmp_path / "appends") as prom:
+        # The leader's append histogram scraped before the fault, so that the slow appends are an increase of
+        # it that rate() sees (a series' first sample is no increase); and the same leader throughout.
+        leader = cluster.partition_state(p)["leader"]
+        took.clear()
+        for offset in range(20, 32):
+            commit(offset)
+        wait_for(lambda: any(float(r["value"][1]) >= 12 for r in prom.query(
+            f'ray_raygroups_append_latency_seconds_count{{namespace="{cluster.namespace}",partition="{p}",'
+            f'node="{leader}"}}')), what="the leader's append latencies scraped")
+        assert not [a for a in prom.alerts() if a["labels"]["alertname"] == "RaygroupsAppendLatencyHigh"], took
         server_pid = _actor_pid(cluster, log_server_name(follower))
         slow = []
         os.kill(server_pid, signal.SIGSTOP)
@@ -232,8 +252,9 @@ def test_the_alert_rules_fire_on_a_stalled_standby_and_a_follower_holding_append
         finally:
             os.kill(server_pid, signal.SIGCONT)
         assert len(slow) == 4
+        assert cluster.partition_state(p)["leader"] == leader, cluster.controller_events()[-5:]
         alert = prom.wait_firing("RaygroupsAppendLatencyHigh", namespace=cluster.namespace)
-        assert float(alert["value"]) > 0.5
+        assert float(alert["value"]) > 0.5, took
     # one append each: the last one appended holds every partition's offset
     last = {po.offset for po in client.fetch_offsets(group_id=group).result(60).offsets.values()}
     assert len(last) == 1 and last <= {100, 101, 102, 103}
