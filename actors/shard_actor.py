@@ -17,6 +17,7 @@ guaranteed here: surviving the loss of the node's disk (replication).
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from typing import Any
 
@@ -325,9 +326,9 @@ class CoordinatorShard:
 
     async def probe(self) -> dict:
         """The controller's liveness probe: the partition state (it also starts the load of a shard nobody
-        has called yet) and the node this instance runs on."""
+        has called yet), the node this instance runs on and its process (Ray may restart it in place)."""
         self._ensure_started()
-        return {"state": self._ctx.state.value, "node": self._served.node}
+        return {"state": self._ctx.state.value, "node": self._served.node, "pid": os.getpid()}
 
     async def close(self) -> None:
         """Unload the partition (parked requests get NOT_COORDINATOR) and release its log."""

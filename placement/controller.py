@@ -397,7 +397,7 @@ class Controller:
                     probe.cancel()
                     return ShardObservation(state, actor_id)
             answer = await asyncio.wait_for(probe, max(0.0, timeout_s - PROBE_STATE_CHECK_S))
-            return ShardObservation("ALIVE", actor_id, answer["state"], answer["node"])
+            return ShardObservation("ALIVE", actor_id, answer["state"], answer["node"], answer.get("pid"))
         except (TimeoutError, ray.exceptions.RayError):
             probe.cancel()
             state = await asyncio.to_thread(self._actors.actor_state, actor_id)

@@ -331,8 +331,14 @@ class _Round:
                     continue
                 t = ShardTrack(a.leader, self.now, o.actor_id)  # Ray is restarting it: a new start
             if o.answer is not None:
+                if (o.process is not None and t.process is not None and o.process != t.process
+                        and o.answer != "ACTIVE" and self.in_sync_elsewhere(p)):
+                    # Ray restarted the leader's process between two rounds (its RESTARTING never seen): the
+                    # new process reloads the whole log; an in-sync replica elsewhere takes over now, as above.
+                    self.failover(p, "leader shard died (Ray restarted it)", exclude=a.leader)
+                    continue
                 t = replace(t, first_answer_ms=t.first_answer_ms or self.now, last_answer_ms=self.now,
-                            unanswered_ms=None)
+                            unanswered_ms=None, process=o.process)
                 self.shards[p] = t
                 if o.node is not None and o.node != a.leader:
                     self.start(p, a.leader, f"a shard on {o.node} holds the name; the leader is {a.leader}")

@@ -67,6 +67,7 @@ class ShardObservation:
     actor_id: str | None = None  # changes when the actor is replaced
     answer: str | None = None  # the partition state it answered in this round; None: no answer
     node: str | None = None  # the node it answered from
+    process: int | None = None  # the process it answered from (its pid): Ray restarting it in place changes it
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,7 @@ class ShardTrack:
     unanswered_ms: int | None = None  # the first probe left unanswered since its last answer
     first_answer_ms: int | None = None
     last_answer_ms: int | None = None
+    process: int | None = None  # the process its answers came from
 
 
 @dataclass(frozen=True)

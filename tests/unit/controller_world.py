@@ -44,6 +44,7 @@ class FakeShard:
     epoch: int | None = None  # granted by leader_started; None until then
     state: str = "INITIAL"
     killed: bool = False
+    process: int = 1  # its process' pid, as the probe reports it: Ray's restarts in place change it
 
 
 @dataclass
@@ -127,7 +128,7 @@ class World:
                 s.epoch, s.state = granted, "LOADING"
         elif s.state == "LOADING":
             s.state = "ACTIVE"
-        return ShardObservation("ALIVE", s.actor_id, answer, s.node)
+        return ShardObservation("ALIVE", s.actor_id, answer, s.node, s.process)
 
     # --- the controller's side ---------------------------------------------------------------------
     def step(self, advance_ms: int = 200):

@@ -116,6 +116,42 @@ def test_a_leader_shard_that_dies_after_serving_fails_over_at_once_to_an_in_sync
     assert w.shards[p].node == new.leader  # the restarting actor replaced on the new leader's node
 
 
+def _restart_shard_unseen(w: World, p: int) -> None:
+    """The process of ``p``'s shard dies and Ray restarts it in place between two of the controller's rounds:
+    the same actor answers from a new process, loading its log from the start."""
+    w.shards[p].process += 1
+    w.shards[p].state = "INITIAL"
+
+
+def test_a_leader_shard_restarted_in_place_between_rounds_fails_over_to_an_in_sync_replica():
+    w = up(World())
+    p = 2
+    old = w.state(p)
+    _restart_shard_unseen(w, p)
+    w.step()
+    new = w.state(p)
+    # (the new process' start took an epoch of its own, fenced by the failover's)
+    assert new.leader != old.leader and new.leader in old.isr and new.leader_epoch > old.leader_epoch
+    assert [e["reason"] for e in w.events if e["event"] == "failover"] == ["leader shard died (Ray restarted it)"]
+    w.run_until(w.serving)
+    assert w.shards[p].node == new.leader
+
+
+def test_a_leader_shard_restarted_in_place_alone_in_its_isr_loads_again_and_serves():
+    w = up(World())
+    p = 2
+    old = w.state(p)
+    for n in old.isr:
+        if n != old.leader:
+            w.kill(n)
+    w.run_until(lambda: w.state(p).isr == (old.leader,))
+    epoch = w.state(p).leader_epoch
+    _restart_shard_unseen(w, p)
+    w.run_until(lambda: w.shards[p].state == "ACTIVE", limit_ms=2_000)
+    assert w.state(p).leader == old.leader and w.state(p).leader_epoch == epoch + 1  # the new process' start
+    assert not [e for e in w.events if e["event"] == "failover" and e.get("partition") == p]
+
+
 def test_a_leader_shard_that_dies_alone_in_its_isr_is_left_to_ray_to_restart():
     w = up(World())
     p = 1
