@@ -9,10 +9,11 @@ data directory, so each host gets its own (an overlay over this machine's ``/roo
 Python, a prepared venv -- is shared copy-on-write, as a machine image would be; what a host writes stays
 its own, across restarts of the host, like a disk).
 
-Root only. ``python deploy/testhosts.py up|down|status|stop HOST|start HOST|partition HOST|heal HOST|
-delay HOST MS``; ``partition``/``delay`` are the network faults the chaos benchmark can inject on these
-hosts (a partition takes the host's link down; a delay is ``tc netem``, which some kernels lack -- this
-project's machines among them: ``delay`` then raises ``NetemUnavailable``). ``deploy/ray_up_e2e.py`` uses
+Root only. ``python deploy/testhosts.py up|down|status|stop HOST|start HOST|partition HOST|heal HOST|pause HOST|
+resume HOST|isolate HOST OTHER|reconnect HOST OTHER|delay HOST MS``: the faults ``deploy/chaos_hosts.py``
+injects on these hosts (a partition takes the host's link down; an isolation drops what two hosts send each
+other, by blackhole routes; a pause stops every process of a host; a delay is ``tc netem``, which some
+kernels lack -- this project's machines among them: ``delay`` then raises ``NetemUnavailable``). ``deploy/ray_up_e2e.py`` uses
 the hosts to prove ``ray up cluster.yaml`` end to end.
 """
 
@@ -204,6 +205,35 @@ def heal(h: Host) -> None:
     sh("tc", "qdisc", "del", "dev", h.veth, "root", check=False, quiet=True)
 
 
+def isolate(a: Host, b: Host) -> None:
+    """``a`` and ``b`` no longer reach each other (a blackhole route on each side: packets dropped, no error
+    sent back, as on a partitioned network); each still reaches every other host."""
+    sh("ip", "-n", a.name, "route", "replace", "blackhole", f"{b.ip}/32")
+    sh("ip", "-n", b.name, "route", "replace", "blackhole", f"{a.ip}/32")
+
+
+def reconnect(a: Host, b: Host) -> None:
+    sh("ip", "-n", a.name, "route", "del", "blackhole", f"{b.ip}/32", check=False, quiet=True)
+    sh("ip", "-n", b.name, "route", "del", "blackhole", f"{a.ip}/32", check=False, quiet=True)
+
+
+def pause(h: Host) -> None:
+    """Stop every process of the host (SIGSTOP), as a frozen VM: nothing of it runs, nothing answers."""
+    for pid in _host_pids(h):
+        try:
+            os.kill(pid, signal.SIGSTOP)
+        except ProcessLookupError:
+            pass
+
+
+def resume(h: Host) -> None:
+    for pid in _host_pids(h):
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
+
 class NetemUnavailable(RuntimeError):
     """This kernel has no netem qdisc (CONFIG_NET_SCH_NETEM), so packets cannot be delayed."""
 
@@ -270,8 +300,12 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("up")
     sub.add_parser("down")
     sub.add_parser("status")
-    for name in ("stop", "start", "partition", "heal"):
+    for name in ("stop", "start", "partition", "heal", "pause", "resume"):
         sub.add_parser(name).add_argument("host")
+    for name in ("isolate", "reconnect"):
+        pair = sub.add_parser(name)
+        pair.add_argument("host")
+        pair.add_argument("other")
     d = sub.add_parser("delay")
     d.add_argument("host")
     d.add_argument("ms", type=int)
@@ -287,8 +321,11 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(status(), indent=2))
     elif args.command == "delay":
         delay(by_name(args.host), args.ms)
+    elif args.command in ("isolate", "reconnect"):
+        {"isolate": isolate, "reconnect": reconnect}[args.command](by_name(args.host), by_name(args.other))
     else:
-        {"stop": stop, "start": start, "partition": partition, "heal": heal}[args.command](by_name(args.host))
+        {"stop": stop, "start": start, "partition": partition, "heal": heal, "pause": pause,
+         "resume": resume}[args.command](by_name(args.host))
     return 0
 
 

@@ -39,25 +39,41 @@ CATALOGUE: dict[str, tuple[str, bool, int]] = {
                         "supervisor starts it again", False, 1),
     "compaction-failover": ("kill the leader shard of the partition a compaction round swaps last, as soon as "
                             "the round's equivalence proof is in: a new leader before the swap", True, 1),
+    "host-partition": ("cut the host of the node leading a group's partition off the network (its link down), "
+                       "heal it; Ray declares the node dead meanwhile, and it is started again once it hears so",
+                       True, 2),
+    "leader-isolate": ("cut the leader's host off the head (Ray's GCS and the controller) only: its clients and "
+                       "the other coordinator hosts still reach it; heal it", True, 2),
+    "head-isolate": ("cut the head off every coordinator host (not off the clients): Ray's GCS and the "
+                     "controller see no coordinator node; heal it", True, 1),
+    "host-pause": ("SIGSTOP every process of the host leading a group's partition (a frozen VM), then SIGCONT",
+                   True, 1),
 }
 # The faults that need compaction rounds beside the run (``--compaction-every``): out of the mix otherwise.
 COMPACTION_FAULTS = ("compaction-kill", "compaction-failover")
+# The faults only real hosts can take (``deploy/chaos_hosts.py``: their links, their whole process trees).
+HOST_FAULTS = ("host-partition", "leader-isolate", "head-isolate", "host-pause")
+# The faults that need the simulated cluster's own parts: its nodes' data directories on this machine, its
+# head's GCS process.
+SIMULATED_FAULTS = ("torn-tail", "bit-flip", "disk-full", "head-restart")
 HEAD_DOWN_S = (3.0, 8.0)  # how long a head-restart keeps the head's GCS down
 
 
 CONSUMER_FAULTS = ("consumer-kill", "consumer-pause")
 
 
-def faults_for(replicated: bool, compaction: bool = False) -> list[str]:
-    """The catalogue's faults a deployment can take (node faults need a replicated, simulated one; the
+def faults_for(replicated: bool, compaction: bool = False, hosts: bool = False) -> list[str]:
+    """The catalogue's faults a deployment can take (node faults need a replicated one, simulated or on real
+    hosts; links and whole hosts need real hosts; a simulated node's disk and GCS need a simulated one; the
     compaction job's faults need compaction rounds)."""
     return [name for name, (_, needs, _) in CATALOGUE.items()
-            if (replicated or not needs) and (compaction or name not in COMPACTION_FAULTS)]
+            if (replicated or not needs) and (compaction or name not in COMPACTION_FAULTS)
+            and (hosts or name not in HOST_FAULTS) and not (hosts and name in SIMULATED_FAULTS)]
 
 
-def parse_faults(text: str | None, replicated: bool, compaction: bool = False) -> list[str]:
+def parse_faults(text: str | None, replicated: bool, compaction: bool = False, hosts: bool = False) -> list[str]:
     """``--faults a,b``: known names only, and only those this deployment (and run) can take."""
-    possible = faults_for(replicated, compaction)
+    possible = faults_for(replicated, compaction, hosts)
     if text is None or text == "all":
         return possible
     names = [n.strip() for n in text.split(",") if n.strip()]
@@ -68,8 +84,12 @@ def parse_faults(text: str | None, replicated: bool, compaction: bool = False) -
             raise ValueError(f"unknown fault {n!r}; the catalogue: {', '.join(CATALOGUE)}")
         if n in COMPACTION_FAULTS and not compaction:
             raise ValueError(f"fault {n!r} needs compaction rounds during the run (--compaction-every)")
+        if n in HOST_FAULTS and not hosts:
+            raise ValueError(f"fault {n!r} needs real hosts (deploy/chaos_hosts.py runs on the test hosts)")
+        if n in SIMULATED_FAULTS and hosts:
+            raise ValueError(f"fault {n!r} needs a simulated cluster (its nodes' disks and GCS on this machine)")
         if n not in possible:
-            raise ValueError(f"fault {n!r} needs a replicated deployment of simulated nodes (--nodes 3)")
+            raise ValueError(f"fault {n!r} needs a replicated deployment (--nodes 3, or the test hosts)")
     return sorted(set(names), key=list(CATALOGUE).index)
 
 
@@ -98,7 +118,7 @@ def schedule(seed: int, seconds: float, rate_per_min: float, faults: list[str], 
         if t >= seconds:
             return out
         name = rng.choices(faults, weights)[0]
-        lo, hi = pause_s if name in ("leader-pause", "consumer-pause") else \
-            HEAD_DOWN_S if name == "head-restart" else down_s
+        lo, hi = pause_s if name in ("leader-pause", "consumer-pause", "host-pause") else \
+            HEAD_DOWN_S if name in ("head-restart", "head-isolate") else down_s
         out.append(PlannedFault(round(t, 3), name, rng.randrange(groups), round(rng.uniform(lo, hi), 3),
                                 rng.randrange(1 << 16)))

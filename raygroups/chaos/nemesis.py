@@ -22,6 +22,7 @@ import random
 import signal
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,7 @@ import ray
 
 from raygroups.chaos.compaction import KILL_POINTS, ROUND_WAIT_S, about_to_swap
 from raygroups.chaos.faults import PlannedFault
+from raygroups.chaos.hosts import alive_node_ids, back_in_ray
 from raygroups.chaos.workload import EventLog, clock
 from raygroups.deployment.seam import NODE_LABEL, Directory
 from raygroups.offsets_log.log import LOCK_FILE
@@ -69,6 +71,7 @@ class Nemesis:
         self.faults_until: float | None = None  # on clock(): when the run's faults window ends
         self.wall_t0 = time.time() - (clock() - self.t0)  # the run's start on the wall clock
         self._local_ip = ray.util.get_node_ip_address()
+        self.hosts = getattr(cluster, "hosts", None)  # a HostControl when the nodes are real hosts
 
     # ------------------------------------------------------------------------------------------
     def inject(self, fault: PlannedFault, groups: list[str]) -> None:
@@ -157,6 +160,9 @@ class Nemesis:
             with Process(status["pid"]) as process:  # the process of that status, even if it dies meanwhile
                 t = self._record(name, target)
                 process.signal(sig)
+        elif self.hosts is not None:
+            t = self._record(name, target)
+            self.hosts.signal(status["node"], status["pid"], sig)
         elif sig in (signal.SIGKILL, signal.SIGTERM):
             t = self._record(name, target)
             ray.kill(self.cluster.shard(partition), no_restart=False)
@@ -234,22 +240,30 @@ class Nemesis:
 
     def _leader_pause(self, fault: PlannedFault, group: str, partition: int) -> None:
         status = self._status(partition)
-        if not self._is_local(status):
+        if self._is_local(status):
+            with Process(status["pid"]) as process:  # the process of that status, even if it dies meanwhile
+                t = self._pause_shard(fault, partition, status, process.signal)
+        elif self.hosts is not None:
+            t = self._pause_shard(fault, partition, status,
+                                  lambda sig: self.hosts.signal(status["node"], status["pid"], sig))
+        else:
             raise FaultSkipped("the shard runs on another host")
-        with Process(status["pid"]) as process:
-            t = self._record("leader-pause", {"partition": partition, "pid": status["pid"], "node": status.get("node"),
-                                              "leader_epoch": status.get("leader_epoch")})
-            process.signal(signal.SIGSTOP)
-            try:
-                time.sleep(fault.duration)
-            finally:
-                # The controller may have replaced (killed) the silent shard meanwhile: nothing to resume then.
-                resumed = process.signal(signal.SIGCONT)
-                self._heal("leader-pause", {"partition": partition, "pid": status["pid"], "resumed": resumed})
         if self.cluster.replicated:
             self._disrupted("leader-pause", t, [partition], {partition: status})
         else:  # no other replica: the same process serves again once it resumes
             self.disruptions.append(Disruption("leader-pause", t, [partition]))
+
+    def _pause_shard(self, fault: PlannedFault, partition: int, status: dict, send) -> float:
+        t = self._record("leader-pause", {"partition": partition, "pid": status["pid"], "node": status.get("node"),
+                                          "leader_epoch": status.get("leader_epoch")})
+        send(signal.SIGSTOP)
+        try:
+            time.sleep(fault.duration)
+        finally:
+            # The controller may have replaced (killed) the silent shard meanwhile: nothing to resume then.
+            resumed = send(signal.SIGCONT)
+            self._heal("leader-pause", {"partition": partition, "pid": status["pid"], "resumed": resumed})
+        return t
 
     # --- compaction faults (--compaction-every) ---------------------------------------------------------
     def _compaction_rounds(self) -> Any:
@@ -440,6 +454,71 @@ class Nemesis:
         self._record("head-restart", {"down_s": fault.duration})
         outage = self.cluster.restart_head(fault.duration)
         self._heal("head-restart", outage)
+
+
+    # --- host faults (real hosts: deploy/chaos_hosts.py) ---------------------------------------------------
+    def _need_hosts(self) -> Any:
+        if self.hosts is None:
+            raise FaultSkipped("this run has no real hosts")
+        return self.hosts
+
+    def _host_down(self, fault: PlannedFault, node: str, inject, undo, what: dict) -> None:
+        """A fault that silences the host of ``node`` until it is undone: its partitions fail over meanwhile
+        (waited on, bounded), then after the fault's duration it is undone and the node is back in Ray (started
+        again if Ray declared it dead meanwhile)."""
+        hosts = self._need_hosts()
+        before = alive_node_ids(node)
+        led = self._partitions_led_by(node)
+        old = {s["partition"]: s for s in self.cluster.shard_status(timeout_s=3)}
+        t = self._record(fault.name, {"node": node, "leads": led, **what})
+        inject()
+        try:
+            self._served(Disruption(fault.name, t, sorted(led), old=old, node=node))
+            time.sleep(fault.duration)
+        finally:
+            undo()
+        self._heal(fault.name, {"node": node, **what})
+        self._heal(fault.name, {"node": node, "step": "back in Ray", "ray": back_in_ray(hosts, node, before)})
+
+    def _host_partition(self, fault: PlannedFault, group: str, partition: int) -> None:
+        node = self._leader_node(partition)
+        hosts = self._need_hosts()
+        self._host_down(fault, node, lambda: hosts.cut(node), lambda: hosts.heal(node), {"link": "down"})
+
+    def _leader_isolate(self, fault: PlannedFault, group: str, partition: int) -> None:
+        node = self._leader_node(partition)
+        hosts = self._need_hosts()
+        self._host_down(fault, node, lambda: hosts.isolate(node, hosts.head), lambda: hosts.reconnect(node, hosts.head),
+                        {"isolated_from": hosts.head})
+
+    def _host_pause(self, fault: PlannedFault, group: str, partition: int) -> None:
+        node = self._leader_node(partition)
+        hosts = self._need_hosts()
+        self._host_down(fault, node, lambda: hosts.pause(node), lambda: hosts.resume(node), {"paused": True})
+
+    def _head_isolate(self, fault: PlannedFault, group: str, partition: int) -> None:
+        """The head cut off every coordinator host (its clients still reach it): no partition is disrupted
+        by the cut itself; whatever Ray does about nodes its GCS cannot see is what the run measures."""
+        hosts = self._need_hosts()
+        nodes = [n for n in hosts.coordinator_hosts() if alive_node_ids(n)]
+        before = {n: alive_node_ids(n) for n in nodes}
+        old = {s["partition"]: s for s in self.cluster.shard_status(timeout_s=3)}
+        leaders = self.cluster.partition_leaders()
+        t = self._record("head-isolate", {"head": hosts.head, "nodes": nodes})
+        for n in nodes:
+            hosts.isolate(hosts.head, n)
+        try:
+            time.sleep(fault.duration)
+        finally:
+            for n in nodes:
+                hosts.reconnect(hosts.head, n)
+        self._heal("head-isolate", {"head": hosts.head, "nodes": nodes})
+        with ThreadPoolExecutor(len(nodes) or 1) as pool:  # Ray started on each host at once, as after an outage
+            back = dict(zip(nodes, pool.map(lambda n: back_in_ray(hosts, n, before[n]), nodes), strict=True))
+        self._heal("head-isolate", {"head": hosts.head, "step": "back in Ray", "ray": back})
+        restarted = [p for p, leader in leaders.items() if back.get(leader) == "restarted"]
+        if restarted:
+            self._disrupted("head-isolate", t, restarted, old)
 
 
 def _wait_unlocked(directory: str, timeout_s: float = 30.0) -> None:

@@ -233,14 +233,15 @@ ZOOM_S = 120.0  # the zoomed timeline's window when a run has more faults than l
 
 
 def fault_colour(name: str) -> Any:
-    """One colour per fault type, stable across runs (the catalogue's order on a 20-colour palette)."""
+    """One colour per fault type, stable across runs (the catalogue's order on a 40-colour palette)."""
     import matplotlib
 
     from raygroups.chaos.faults import CATALOGUE
 
+    palette = [*matplotlib.colormaps["tab20"].colors, *matplotlib.colormaps["tab20b"].colors]
     names = list(CATALOGUE)
     index = names.index(name) if name in names else len(names)
-    return matplotlib.colormaps["tab20"](index % 20)
+    return palette[index % len(palette)]
 
 
 def plot_timeline(history: History, report: dict, path: str) -> None:

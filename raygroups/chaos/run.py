@@ -462,8 +462,10 @@ def quiet_output(log_path: str, restore: bool = True):
             terminal.close()
 
 
-def run(options: RunOptions, faults: list[str], view: Any) -> RunResult:
-    """One chaos run (see the module docstring); ``view`` shows progress (``raygroups.chaos.live``)."""
+def run(options: RunOptions, faults: list[str], view: Any, hosts: Any = None) -> RunResult:
+    """One chaos run (see the module docstring); ``view`` shows progress (``raygroups.chaos.live``). With
+    ``hosts`` (a ``raygroups.chaos.hosts.HostControl``), the deployment at ``options.address`` runs on those
+    real hosts, and this process on a Ray node of its own beside them, where the clients run."""
     from raygroups.chaos.checker import check
     from raygroups.chaos.compaction import CHAOS_SEGMENT_BYTES
     from raygroups.chaos.history import read_history
@@ -486,7 +488,11 @@ def run(options: RunOptions, faults: list[str], view: Any) -> RunResult:
     if left_out:
         view.phase(left_out)
     try:
-        if options.address is not None:
+        if hosts is not None:
+            from raygroups.chaos.hosts import HostedCluster
+
+            cluster = HostedCluster(connect(options.address, options.namespace), hosts)
+        elif options.address is not None:
             cluster = connect(options.address, options.namespace)
         elif options.nodes > 1:
             cluster = start_local(num_partitions=options.num_partitions, num_nodes=options.nodes, config=config,

@@ -56,12 +56,13 @@ def run(seconds: float, seed: int, faults: str, rate: float, groups: int, consum
         out: str, list_faults: bool, as_json: bool) -> None:
     """Run the failover chaos benchmark: a workload of consumer groups under a seeded fault schedule, then
     the checker's verdict (exit 0 valid, 1 violated or failed) and the report's paths."""
-    from raygroups.chaos.faults import CATALOGUE, parse_faults
+    from raygroups.chaos.faults import CATALOGUE, HOST_FAULTS, parse_faults
     from raygroups.cli.compact import parse_every
 
     if list_faults:
         for name, (what, replicated, _) in CATALOGUE.items():
-            click.echo(f"{name:16} {what}{' (replicated)' if replicated else ''}")
+            needs = " (test hosts: deploy/chaos_hosts.py)" if name in HOST_FAULTS else " (replicated)" if replicated else ""
+            click.echo(f"{name:16} {what}{needs}")
         return
     _positive("--seconds", seconds, 7 * 24 * 3600)
     _positive("--rate", rate, 600)
@@ -93,7 +94,8 @@ def run(seconds: float, seed: int, faults: str, rate: float, groups: int, consum
     sys.exit(run_benchmark(options, chosen, as_json))
 
 
-def run_benchmark(options, faults: list[str], as_json: bool = False, restore_output: bool = False) -> int:
+def run_benchmark(options, faults: list[str], as_json: bool = False, restore_output: bool = False,
+                  hosts=None) -> int:
     """Run the benchmark with its live view (on a terminal) and summary; 0 when the history is valid.
     Ray's own output goes to ``<out>/ray-output.log``; ``restore_output=False`` keeps it there until the
     process exits (Ray's exit handlers print too)."""
@@ -106,7 +108,7 @@ def run_benchmark(options, faults: list[str], as_json: bool = False, restore_out
     with quiet_output(os.path.join(options.out, "ray-output.log"), restore=restore_output) as terminal:
         view = LiveView(terminal, enabled=not as_json and terminal.isatty())
         try:
-            result = run_chaos(options, faults, view)
+            result = run_chaos(options, faults, view, hosts)
         except ERRORS as e:
             view.close()
             terminal.write(f"error: {e}\n")

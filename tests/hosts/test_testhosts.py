@@ -96,3 +96,21 @@ def test_partition_heal_delay_and_power(hosts):
     # Powered on again: the same disk (home), a fresh /tmp.
     out = testhosts.ssh(b, "ls ~ | grep disk-; ls /tmp | wc -l").stdout.split()
     assert out == [f"disk-{b.name}", "0"]
+
+
+def test_isolate_cuts_two_hosts_off_each_other_only_and_pause_freezes_a_host(hosts):
+    head, a, b = hosts[0], hosts[1], hosts[2]
+    testhosts.isolate(a, head)
+    try:
+        assert _ping_ms(a, head.ip) is None and _ping_ms(head, a.ip) is None
+        assert _ping_ms(a, b.ip) is not None and _ping_ms(head, b.ip) is not None  # the rest still reach both
+    finally:
+        testhosts.reconnect(a, head)
+    assert _ping_ms(a, head.ip) is not None
+    testhosts.pause(b)
+    try:
+        # A frozen host: its sshd starts no session (its kernel still completes TCP handshakes).
+        assert testhosts.ssh(b, "true", check=False, timeout_s=5).returncode != 0
+    finally:
+        testhosts.resume(b)
+    assert testhosts.ssh(b, "true", timeout_s=30).returncode == 0

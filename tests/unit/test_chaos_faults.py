@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from raygroups.chaos.faults import CATALOGUE, faults_for, parse_faults, schedule
+from raygroups.chaos.faults import (
+    CATALOGUE,
+    HOST_FAULTS,
+    SIMULATED_FAULTS,
+    faults_for,
+    parse_faults,
+    schedule,
+)
 
 
 def test_a_seed_gives_the_same_schedule_and_another_seed_another():
@@ -26,12 +33,28 @@ def test_a_subset_and_the_single_node_catalogue():
     assert {x.name for x in schedule(1, 300, 30, ["shard-kill", "consumer-kill"], 2)} == {"shard-kill", "consumer-kill"}
     single = faults_for(replicated=False)
     assert "node-kill" not in single and "shard-kill" in single and "leader-pause" in single
-    assert set(faults_for(replicated=True, compaction=True)) == set(CATALOGUE)
+    assert set(faults_for(replicated=True, compaction=True)) == set(CATALOGUE) - set(HOST_FAULTS)
     assert schedule(1, 60, 12, [], 3) == []
 
 
+def test_the_hosts_catalogue_has_links_and_whole_hosts_and_not_a_simulated_nodes_disk():
+    hosts = faults_for(replicated=True, hosts=True)
+    assert set(HOST_FAULTS) <= set(hosts) and "node-kill" in hosts and "controller-kill" in hosts
+    assert not set(SIMULATED_FAULTS) & set(hosts)
+    assert not set(HOST_FAULTS) & set(faults_for(replicated=True, compaction=True))
+    pauses = [x.duration for x in schedule(3, 600, 30, ["host-pause"], 2)]
+    assert pauses and all(4.0 <= d <= 7.0 for d in pauses)  # longer than Ray's detection of a silent node
+    isolations = [x.duration for x in schedule(3, 600, 30, ["head-isolate"], 2)]
+    assert isolations and all(3.0 <= d <= 8.0 for d in isolations)  # as long as a head-restart's outage
+    assert parse_faults("leader-isolate,node-kill", True, hosts=True) == ["node-kill", "leader-isolate"]
+    with pytest.raises(ValueError, match="fault 'host-partition' needs real hosts"):
+        parse_faults("host-partition", True)
+    with pytest.raises(ValueError, match="fault 'disk-full' needs a simulated cluster"):
+        parse_faults("disk-full", True, hosts=True)
+
+
 def test_parse_faults():
-    assert parse_faults(None, True, compaction=True) == list(CATALOGUE)
+    assert parse_faults(None, True, compaction=True) == [f for f in CATALOGUE if f not in HOST_FAULTS]
     assert parse_faults("all", False) == faults_for(False)
     assert parse_faults("node-kill, shard-kill,node-kill", True) == ["shard-kill", "node-kill"]
     assert parse_faults("head-restart,node-kill", True) == ["node-kill", "head-restart"]
