@@ -58,17 +58,19 @@ def alive_node_ids(name: str) -> set[str]:
     return {n["NodeID"] for n in ray.nodes() if n.get("Alive") and (n.get("Labels") or {}).get(NODE_LABEL) == name}
 
 
-def back_in_ray(hosts: HostControl, host: str, before: set[str], timeout_s: float = RAY_START_TIMEOUT_S) -> str:
+def back_in_ray(hosts: HostControl, host: str, before: set[str], timeout_s: float = RAY_START_TIMEOUT_S,
+                kept_after_s: float = KEPT_AFTER_S, alive=alive_node_ids) -> str:
     """After a host fault healed, the node in Ray again: ``"kept"`` if Ray never declared its incarnation
-    (``before``) dead, else ``"restarted"`` once Ray was started on it again and a new incarnation joined."""
-    kept_until = time.monotonic() + KEPT_AFTER_S
-    while before & alive_node_ids(host):
+    (``before``) dead, else ``"restarted"`` once Ray was started on it again and a new incarnation joined
+    (``alive(host)``: Ray's alive incarnations of the node)."""
+    kept_until = time.monotonic() + kept_after_s
+    while before & alive(host):
         if time.monotonic() > kept_until:
             return "kept"
         time.sleep(0.25)
     hosts.start_ray(host)
     deadline = time.monotonic() + timeout_s
-    while not alive_node_ids(host):
+    while not alive(host):
         if time.monotonic() > deadline:
             raise TimeoutError(f"{host} did not join Ray again within {timeout_s:g} s of its `ray start`")
         time.sleep(0.5)
