@@ -240,14 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         run.facts["client_node_processes_stopped"] = len(leave_client_node())
         if not args.keep:
-            try:
-                run.step("ray down", e2e.ray_cli, run, "down", "-y", str(WORK / "cluster.yaml"))
-            except Exception as e:  # noqa: BLE001
-                run.say(f"ray down: {e}")
-            run.step("ray stop on the workers", e2e.stop_ray_everywhere)
-            left = run.step("teardown", testhosts.down)
-            run.facts["left_behind"] = left
-            ok = ok and not left
+            ok = e2e.teardown(run) and ok
         run.save(ok)
         run.say("OK: chaos on the hosts, valid verdict" if ok else "FAILED (or the verdict is not valid)")
     return 0 if ok else 1

@@ -602,6 +602,19 @@ def kafka_group(run: Run, name: str, group: str) -> tuple[subprocess.Popen, Path
     return process, stop, out
 
 
+def teardown(run: Run) -> bool:
+    """``ray down``, ``ray stop`` on the workers, the hosts down; whether nothing was left behind."""
+    try:
+        run.step("ray down", ray_cli, run, "down", "-y", str(WORK / "cluster.yaml"))
+    except Exception as e:  # noqa: BLE001 - the hosts go down regardless
+        run.say(f"ray down: {e}")
+    run.step("ray stop on the workers", stop_ray_everywhere)
+    left = run.step("teardown", testhosts.down)
+    run.facts["left_behind"] = left
+    run.say("teardown: nothing left behind" if not left else f"teardown left behind: {left}")
+    return not left
+
+
 def stop_ray_everywhere() -> None:
     """``ray down`` stops the head only; workers' raylets would linger for a minute."""
     for h in WORKERS:
@@ -704,15 +717,7 @@ def main(argv: list[str] | None = None) -> int:
         run.say(f"FAILED: {type(e).__name__}: {e}")
     finally:
         if not args.keep:
-            try:
-                run.step("ray down", ray_cli, run, "down", "-y", str(WORK / "cluster.yaml"))
-            except Exception as e:  # noqa: BLE001
-                run.say(f"ray down: {e}")
-            run.step("ray stop on the workers", stop_ray_everywhere)
-            left = run.step("teardown", testhosts.down)
-            run.facts["left_behind"] = left
-            run.say("teardown: nothing left behind" if not left else f"teardown left behind: {left}")
-            ok = ok and not left
+            ok = teardown(run) and ok
         run.save(ok)
         run.say("OK: ray up end to end" if ok else "FAILED")
     return 0 if ok else 1

@@ -137,15 +137,20 @@ def test_a_leader_shard_restarted_in_place_between_rounds_fails_over_to_an_in_sy
     assert w.shards[p].node == new.leader
 
 
-def test_a_leader_shard_restarted_in_place_alone_in_its_isr_loads_again_and_serves():
-    w = up(World())
-    p = 2
+def _alone_in_its_isr(w: World, p: int):
+    """Every follower of ``p`` lost: its leader alone in the ISR. Returns the state before, and the epoch then."""
     old = w.state(p)
     for n in old.isr:
         if n != old.leader:
             w.kill(n)
     w.run_until(lambda: w.state(p).isr == (old.leader,))
-    epoch = w.state(p).leader_epoch
+    return old, w.state(p).leader_epoch
+
+
+def test_a_leader_shard_restarted_in_place_alone_in_its_isr_loads_again_and_serves():
+    w = up(World())
+    p = 2
+    old, epoch = _alone_in_its_isr(w, p)
     _restart_shard_unseen(w, p)
     w.run_until(lambda: w.shards[p].state == "ACTIVE", limit_ms=2_000)
     assert w.state(p).leader == old.leader and w.state(p).leader_epoch == epoch + 1  # the new process' start
@@ -155,12 +160,7 @@ def test_a_leader_shard_restarted_in_place_alone_in_its_isr_loads_again_and_serv
 def test_a_leader_shard_that_dies_alone_in_its_isr_is_left_to_ray_to_restart():
     w = up(World())
     p = 1
-    old = w.state(p)
-    for n in old.isr:
-        if n != old.leader:
-            w.kill(n)
-    w.run_until(lambda: w.state(p).isr == (old.leader,))
-    epoch = w.state(p).leader_epoch
+    old, epoch = _alone_in_its_isr(w, p)
     _crash_shard(w, p)
     w.run(5_000)
     assert w.state(p).leader == old.leader and w.state(p).leader_epoch == epoch  # no failover, no restart of ours
