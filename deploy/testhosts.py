@@ -217,21 +217,21 @@ def reconnect(a: Host, b: Host) -> None:
     sh("ip", "-n", b.name, "route", "del", "blackhole", f"{a.ip}/32", check=False, quiet=True)
 
 
-def pause(h: Host) -> None:
-    """Stop every process of the host (SIGSTOP), as a frozen VM: nothing of it runs, nothing answers."""
+def _signal_all(h: Host, sig: int) -> None:
     for pid in _host_pids(h):
         try:
-            os.kill(pid, signal.SIGSTOP)
+            os.kill(pid, sig)
         except ProcessLookupError:
             pass
+
+
+def pause(h: Host) -> None:
+    """Stop every process of the host (SIGSTOP), as a frozen VM: nothing of it runs, nothing answers."""
+    _signal_all(h, signal.SIGSTOP)
 
 
 def resume(h: Host) -> None:
-    for pid in _host_pids(h):
-        try:
-            os.kill(pid, signal.SIGCONT)
-        except ProcessLookupError:
-            pass
+    _signal_all(h, signal.SIGCONT)
 
 
 class NetemUnavailable(RuntimeError):

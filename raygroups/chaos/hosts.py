@@ -5,7 +5,7 @@ implements it over the namespaced SSH hosts of ``deploy/testhosts.py``): power, 
 trees. A coordinator node's stable name is its host's name (``cluster.yaml`` makes it from ``hostname -s``).
 
 Ray's side of a host fault: a host that stays silent longer than the GCS's health checks allow (cluster.yaml:
-three missed checks 200 ms apart) is declared dead, and its raylet, once it hears so, exits with every process
+three failed checks, each timing out after 1 s: about 3.5 s) is declared dead, and its raylet, once it hears so, exits with every process
 of the node. Ray does not take such a node back: it joins again as a new incarnation under the same name when
 Ray is started on it again, which ``HostControl.start_ray`` does, as the operator (or a supervisor) would.
 """
