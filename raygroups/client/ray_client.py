@@ -2,7 +2,8 @@
 
 Routing is Kafka's FindCoordinator: ``partition_for(group_id)`` → the shard actor named
 ``raygroups-shard-<p>`` in the deployment's namespace (handle cached). A Ray failure on a call (dead or
-restarting actor, missing name) is turned into ``NOT_COORDINATOR`` and the handle is dropped; the
+restarting actor, missing name) is turned into ``NOT_COORDINATOR`` and the handle is dropped; a shard that
+answers ``NOT_COORDINATOR`` or ``COORDINATOR_NOT_AVAILABLE`` has the partition's actor looked up again; the
 retriable coordinator errors (``COORDINATOR_LOAD_IN_PROGRESS``, ``NOT_COORDINATOR``,
 ``COORDINATOR_NOT_AVAILABLE``) are retried with exponential backoff and KIP-580's jitter until ``request.timeout.ms``
 (JoinGroup: ``max(request.timeout.ms, rebalance_timeout_ms + 5000)``, as Kafka's client), then
@@ -251,6 +252,29 @@ class RayGroupClient(GroupApi):
         with self._handles_lock:
             self._handles.pop(partition, None)
 
+    def _rediscover_if_refused(self, partition: int, handle: Any, response: Any) -> None:
+        """A shard that *answered* NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE may no longer be the partition's
+        (Kafka's client marks the coordinator unknown on either and runs FindCoordinator again,
+        ``AbstractCoordinator.markCoordinatorUnknown``): ask the GCS which actor serves the partition now, and
+        send the retries there once it answers. Without this a deposed leader that lives on -- cut off from
+        the controller, not from its clients -- would take every retry until its process died. The lookup is
+        shared and does not hold the retry up: it is sent as soon as its backoff ends, to whichever shard is
+        known by then."""
+        if isinstance(response, BaseException) or not any(
+                e in (Errors.NOT_COORDINATOR, Errors.COORDINATOR_NOT_AVAILABLE) for e in response_errors(response)):
+            return
+
+        def learned(lookup: asyncio.Future) -> None:
+            if lookup.cancelled() or lookup.exception() is not None:
+                return  # the GCS away, or no actor named: the retries go where they went
+            current = lookup.result()
+            with self._handles_lock:
+                cached = self._handles.get(partition)
+                if cached is not None and cached._actor_id == handle._actor_id != current._actor_id:
+                    self._handles[partition] = current
+
+        self._current_shard(partition).add_done_callback(learned)
+
     def _current_shard(self, partition: int) -> asyncio.Future:
         """The GCS's answer to which actor serves ``partition`` (a lookup in flight is shared)."""
         lookup = self._lookups.get(partition)
@@ -324,7 +348,9 @@ class RayGroupClient(GroupApi):
         try:
             handle = await self._handle(partition)
             parks = REQUESTS.spec(request).may_park
-            return await self._unless_moved(partition, handle, handle.handle.remote(request), parks)
+            response = await self._unless_moved(partition, handle, handle.handle.remote(request), parks)
+            self._rediscover_if_refused(partition, handle, response)
+            return response
         except _ShardMoved:
             return error_response(request, Errors.NOT_COORDINATOR)  # retried at once on the new shard
         except (ray.exceptions.RayError, ValueError):
@@ -372,7 +398,9 @@ class RayGroupClient(GroupApi):
         requests = [slot.request for slot in batch]
         answered = [False] * len(batch)
 
-        def answer(i: int, response: Any, retry: list[_Slot]) -> None:
+        def answer(i: int, response: Any, retry: list[_Slot], shard: Any = None) -> None:
+            if shard is not None:  # the shard's own answer (not one made here after a Ray failure)
+                self._rediscover_if_refused(partition, shard, response)
             if isinstance(response, BaseException):
                 # The shard raised on this request alone: what a single call's RayTaskError becomes.
                 response = error_response(batch[i].request, Errors.NOT_COORDINATOR)
@@ -390,17 +418,17 @@ class RayGroupClient(GroupApi):
             parks = REQUESTS.spec(requests[0]).may_park
             if len(requests) == 1:
                 answer(0, await self._unless_moved(partition, handle, handle.handle.remote(requests[0]), parks),
-                       retry)
+                       retry, handle)
             elif REQUESTS.spec(requests[0]).lane.streamed:
                 async for ref in handle.handle_stream.remote(requests):
                     answers_now: list[_Slot] = []
                     for i, response in await ref:
-                        answer(i, response, answers_now)
+                        answer(i, response, answers_now, handle)
                     self._retry_later(key, lane, answers_now)  # at once: the stream may go on for long
             else:
                 answers = await self._unless_moved(partition, handle, handle.handle_batch.remote(requests), parks)
                 for i, response in enumerate(answers):
-                    answer(i, response, retry)
+                    answer(i, response, retry, handle)
         except (ray.exceptions.RayError, ValueError, _ShardMoved) as e:
             if not isinstance(e, _ShardMoved):  # (moved: the new shard's handle is cached already)
                 self._forget(partition)

@@ -190,9 +190,10 @@ def test_a_kip848_consumer_group_through_the_ray_client_survives_its_shard_resta
         ("events", 0)].offset == 9
 
 
-def _stand_in_shards(namespace: str, **holds: float) -> dict:
+def _stand_in_shards(namespace: str, refusing: tuple[str, ...] = (), **holds: float) -> dict:
     """Stand-in shard actors named after ``holds`` (each holds its first call that long, answers the others
-    at once with a heartbeat's NONE), and a client of a one-partition deployment in ``namespace``."""
+    at once with a heartbeat's NONE; those named in ``refusing`` answer every call NOT_COORDINATOR, as a
+    deposed shard does), and a client of a one-partition deployment in ``namespace``."""
     import asyncio
 
     import ray
@@ -200,8 +201,8 @@ def _stand_in_shards(namespace: str, **holds: float) -> dict:
 
     @ray.remote
     class StandIn:
-        def __init__(self, hold_s: float) -> None:
-            self.hold_s, self.calls, self.log = hold_s, 0, []
+        def __init__(self, hold_s: float, refuses: bool) -> None:
+            self.hold_s, self.refuses, self.calls, self.log = hold_s, refuses, 0, []
 
         async def handle(self, request):
             self.calls += 1
@@ -210,7 +211,7 @@ def _stand_in_shards(namespace: str, **holds: float) -> dict:
             if n == 1:
                 await asyncio.sleep(self.hold_s)
             self.log.append(("end", n))
-            return HeartbeatResponse(Errors.NONE)
+            return HeartbeatResponse(Errors.NOT_COORDINATOR if self.refuses else Errors.NONE)
 
         async def handle_batch(self, requests):
             return [await self.handle(r) for r in requests]
@@ -221,7 +222,8 @@ def _stand_in_shards(namespace: str, **holds: float) -> dict:
         def order(self) -> list:
             return self.log
 
-    return {name: StandIn.options(name=name, namespace=namespace).remote(hold) for name, hold in holds.items()}
+    return {name: StandIn.options(name=name, namespace=namespace).remote(hold, name in refusing)
+            for name, hold in holds.items()}
 
 
 def test_a_call_held_by_a_deposed_shard_goes_to_the_partitions_new_shard(ray_session):
@@ -251,6 +253,41 @@ def test_a_call_held_by_a_deposed_shard_goes_to_the_partitions_new_shard(ray_ses
         assert ray.get(new.called.remote(), timeout=30) == 1
         assert client.heartbeat(group_id="g", generation_id=1, member_id="m").result(30).error is Errors.NONE
         assert ray.get(new.called.remote(), timeout=30) == 2 and ray.get(old.called.remote(), timeout=30) == 1
+    finally:
+        client.close()
+        for actor in shards.values():
+            ray.kill(actor)
+
+
+def test_a_deposed_shard_that_lives_on_and_refuses_sends_the_retries_to_the_partitions_new_shard(ray_session):
+    """A leader cut off from the controller but not from its clients is deposed, and its process lives on,
+    answering NOT_COORDINATOR to every call until it dies. Kafka's client marks the coordinator unknown on
+    that answer and runs FindCoordinator again (``AbstractCoordinator.markCoordinatorUnknown``); so does this
+    one: once the GCS names the partition's new shard, the retries go there. The old shard is a stand-in
+    that refuses; the client, the GCS and the lookups are the real ones."""
+    import uuid
+
+    import ray
+    from raygroups.coordinator.config import CoordinatorConfig
+
+    from raygroups.client.ray_client import RayGroupClient
+    from raygroups.deployment.seam import _shard_actor_key, kv_put
+    from tests.conditions import wait_for
+
+    namespace = f"refused-{uuid.uuid4().hex[:8]}"
+    shards = _stand_in_shards(namespace, refusing=("deposed-shard",), **{"deposed-shard": 0.0, "new-shard": 0.0})
+    old, new = shards["deposed-shard"], shards["new-shard"]
+    kv_put(_shard_actor_key(0), b"deposed-shard", namespace)
+    client = RayGroupClient(namespace, 1, CoordinatorConfig(request_timeout_ms=60_000))
+    try:
+        answer = client.heartbeat(group_id="g", generation_id=1, member_id="m")
+        wait_for(lambda: ray.get(old.called.remote(), timeout=30) >= 3, what="the deposed shard refusing retries")
+        assert not answer.done()  # retried within the request timeout: the partition has no other shard yet
+        kv_put(_shard_actor_key(0), b"new-shard", namespace)  # the controller moved the partition
+        assert answer.result(30).error is Errors.NONE  # long before the request timeout's 60 s
+        refused = ray.get(old.called.remote(), timeout=30)
+        assert client.heartbeat(group_id="g", generation_id=1, member_id="m").result(30).error is Errors.NONE
+        assert ray.get(new.called.remote(), timeout=30) == 2 and ray.get(old.called.remote(), timeout=30) == refused
     finally:
         client.close()
         for actor in shards.values():
