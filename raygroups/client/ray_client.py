@@ -145,6 +145,7 @@ class RayGroupClient(GroupApi):
         # The moved-shard checks' GCS lookups: one in flight per partition, whatever waits on it, on threads of
         # their own (a GCS away must not hold up the handles' lookups, nor grow without bound).
         self._lookups: dict[int, asyncio.Future] = {}
+        self._load_lookups: dict[int, float] = {}  # partition -> when a load-in-progress answer last asked
         self._lookup_pool = ThreadPoolExecutor(2, thread_name_prefix="raygroups-shard-lookup")
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="raygroups-client", daemon=True)
@@ -257,12 +258,20 @@ class RayGroupClient(GroupApi):
         (Kafka's client marks the coordinator unknown on either and runs FindCoordinator again,
         ``AbstractCoordinator.markCoordinatorUnknown``): ask the GCS which actor serves the partition now, and
         send the retries there once it answers. Without this a deposed leader that lives on -- cut off from
-        the controller, not from its clients -- would take every retry until its process died. The lookup is
-        shared and does not hold the retry up: it is sent as soon as its backoff ends, to whichever shard is
-        known by then."""
-        if isinstance(response, BaseException) or not any(
-                e in (Errors.NOT_COORDINATOR, Errors.COORDINATOR_NOT_AVAILABLE) for e in response_errors(response)):
+        the controller, not from its clients, or restarted in place by Ray under the same actor id while a
+        spare took over -- would take every retry until its process died. COORDINATOR_LOAD_IN_PROGRESS asks
+        too, at most every ``MOVED_CHECK_S`` per partition: a restarted old leader loads before it learns it
+        was replaced (Kafka's brokers never answer so for a partition that moved; a restarted actor here
+        might). The lookup is shared and does not hold the retry up: it is sent as soon as its backoff ends,
+        to whichever shard is known by then."""
+        if isinstance(response, BaseException):
             return
+        errors = response_errors(response)
+        if not any(e in (Errors.NOT_COORDINATOR, Errors.COORDINATOR_NOT_AVAILABLE) for e in errors):
+            if Errors.COORDINATOR_LOAD_IN_PROGRESS not in errors \
+                    or time.monotonic() - self._load_lookups.get(partition, -MOVED_CHECK_S) < MOVED_CHECK_S:
+                return
+            self._load_lookups[partition] = time.monotonic()
 
         def learned(lookup: asyncio.Future) -> None:
             if lookup.cancelled() or lookup.exception() is not None:

@@ -190,10 +190,10 @@ def test_a_kip848_consumer_group_through_the_ray_client_survives_its_shard_resta
         ("events", 0)].offset == 9
 
 
-def _stand_in_shards(namespace: str, refusing: tuple[str, ...] = (), **holds: float) -> dict:
+def _stand_in_shards(namespace: str, refusing: dict | None = None, **holds: float) -> dict:
     """Stand-in shard actors named after ``holds`` (each holds its first call that long, answers the others
-    at once with a heartbeat's NONE; those named in ``refusing`` answer every call NOT_COORDINATOR, as a
-    deposed shard does), and a client of a one-partition deployment in ``namespace``."""
+    at once with a heartbeat's NONE; those named in ``refusing`` answer every call with the error it gives
+    them, as a deposed shard does), and a client of a one-partition deployment in ``namespace``."""
     import asyncio
 
     import ray
@@ -201,7 +201,7 @@ def _stand_in_shards(namespace: str, refusing: tuple[str, ...] = (), **holds: fl
 
     @ray.remote
     class StandIn:
-        def __init__(self, hold_s: float, refuses: bool) -> None:
+        def __init__(self, hold_s: float, refuses) -> None:
             self.hold_s, self.refuses, self.calls, self.log = hold_s, refuses, 0, []
 
         async def handle(self, request):
@@ -211,7 +211,7 @@ def _stand_in_shards(namespace: str, refusing: tuple[str, ...] = (), **holds: fl
             if n == 1:
                 await asyncio.sleep(self.hold_s)
             self.log.append(("end", n))
-            return HeartbeatResponse(Errors.NOT_COORDINATOR if self.refuses else Errors.NONE)
+            return HeartbeatResponse(self.refuses or Errors.NONE)
 
         async def handle_batch(self, requests):
             return [await self.handle(r) for r in requests]
@@ -222,7 +222,7 @@ def _stand_in_shards(namespace: str, refusing: tuple[str, ...] = (), **holds: fl
         def order(self) -> list:
             return self.log
 
-    return {name: StandIn.options(name=name, namespace=namespace).remote(hold, name in refusing)
+    return {name: StandIn.options(name=name, namespace=namespace).remote(hold, (refusing or {}).get(name))
             for name, hold in holds.items()}
 
 
@@ -259,12 +259,14 @@ def test_a_call_held_by_a_deposed_shard_goes_to_the_partitions_new_shard(ray_ses
             ray.kill(actor)
 
 
-def test_a_deposed_shard_that_lives_on_and_refuses_sends_the_retries_to_the_partitions_new_shard(ray_session):
+@pytest.mark.parametrize("refusal", [Errors.NOT_COORDINATOR, Errors.COORDINATOR_LOAD_IN_PROGRESS], ids=lambda e: e.name)
+def test_a_deposed_shard_that_lives_on_and_refuses_sends_the_retries_to_the_partitions_new_shard(ray_session, refusal):
     """A leader cut off from the controller but not from its clients is deposed, and its process lives on,
     answering NOT_COORDINATOR to every call until it dies. Kafka's client marks the coordinator unknown on
     that answer and runs FindCoordinator again (``AbstractCoordinator.markCoordinatorUnknown``); so does this
-    one: once the GCS names the partition's new shard, the retries go there. The old shard is a stand-in
-    that refuses; the client, the GCS and the lookups are the real ones."""
+    one: once the GCS names the partition's new shard, the retries go there. A leader Ray restarted in place
+    (same actor) answers COORDINATOR_LOAD_IN_PROGRESS until it learns a spare took over: that asks too. The
+    old shard is a stand-in that refuses; the client, the GCS and the lookups are the real ones."""
     import uuid
 
     import ray
@@ -275,7 +277,7 @@ def test_a_deposed_shard_that_lives_on_and_refuses_sends_the_retries_to_the_part
     from tests.conditions import wait_for
 
     namespace = f"refused-{uuid.uuid4().hex[:8]}"
-    shards = _stand_in_shards(namespace, refusing=("deposed-shard",), **{"deposed-shard": 0.0, "new-shard": 0.0})
+    shards = _stand_in_shards(namespace, refusing={"deposed-shard": refusal}, **{"deposed-shard": 0.0, "new-shard": 0.0})
     old, new = shards["deposed-shard"], shards["new-shard"]
     kv_put(_shard_actor_key(0), b"deposed-shard", namespace)
     client = RayGroupClient(namespace, 1, CoordinatorConfig(request_timeout_ms=60_000))
