@@ -14,9 +14,12 @@ cores); ``--mixes kills,nodes --seeds 1,2 --seconds 120`` for a part of it.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import platform
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -57,7 +60,23 @@ def run_one(out: Path, mix: str, seed: int, seconds: float) -> dict:
     if not report.exists():
         return {"mix": mix, "seed": seed, "error": (done.stderr or done.stdout).strip().splitlines()[-1:]}
     (folder / "commit.txt").write_text(commit() + "\n")  # the code it ran
+    pack(folder)
     return {"wall_s": round(time.monotonic() - started, 1), **row(mix, seed, json.loads(report.read_text()), folder)}
+
+
+def pack(folder: Path) -> None:
+    """Make a run's folder fit to commit: its history gzipped (8 MB of JSON lines become about 1 MB), and no
+    absolute path of this machine in its report or log (the run's folder is named relative to the matrix's)."""
+    history = folder / "history.jsonl"
+    if history.exists():
+        with history.open("rb") as src, gzip.open(folder / "history.jsonl.gz", "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        history.unlink()
+    absolute = re.compile(r"/[^\s\"',()]*/" + re.escape(folder.name))
+    for name in ("report.json", "run.log"):
+        path = folder / name
+        if path.exists():
+            path.write_text(absolute.sub(folder.name, path.read_text()))
 
 
 def commit() -> str:
@@ -153,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     for i, (mix, seed) in enumerate(todo, 1):
         report = run_dir(args.out, mix, seed) / "report.json"
         if report.exists():
+            pack(report.parent)  # (a run of before packing, or one interrupted after its report)
             rows.append(row(mix, seed, json.loads(report.read_text()), report.parent))
             continue
         if args.tables_only:
