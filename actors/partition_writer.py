@@ -203,14 +203,17 @@ class ReplicatedWriter(PartitionWriter):
 
 async def maintenance_loop(served) -> None:
     """The writer's background upkeep while ``served``'s partition is ACTIVE (replicated deployments: confirm
-    leadership, catch followers up), every ``maintenance_interval_s``; a deposed leader steps down."""
+    leadership, catch followers up), every ``maintenance_interval_s``; a deposed leader steps down. The first
+    round runs as soon as the partition is served, not an interval later: a new leader starts catching up the
+    replicas its election left out of the ISR (the previous leader's among them) at once, so that the
+    partition has a standby again before the next fault -- three leaders killed 1.3 s apart (a leader flap)
+    otherwise left one in-sync replica, restarted in place in 2-3 s instead of failed over in under 1 s."""
     while served.ctx.state is not PartitionState.FAILED:
+        if served.ctx.state is PartitionState.ACTIVE:
+            try:
+                await served.writer.maintain(served.ctx.log, served.run_io)
+            except AppendFailed as e:
+                served.step_down(str(e))
+            except Exception:  # noqa: BLE001 - try again next round
+                log.exception("replica maintenance failed on shard %d", served.partition)
         await asyncio.sleep(maintenance_interval_s(served.config.shard_session_timeout_ms))
-        if served.ctx.state is not PartitionState.ACTIVE:
-            continue
-        try:
-            await served.writer.maintain(served.ctx.log, served.run_io)
-        except AppendFailed as e:
-            served.step_down(str(e))
-        except Exception:  # noqa: BLE001 - try again next round
-            log.exception("replica maintenance failed on shard %d", served.partition)

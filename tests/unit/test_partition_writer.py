@@ -70,3 +70,39 @@ def test_local_writer_without_a_log_is_no_leader():
     with pytest.raises(AppendFailed) as failed:
         _append(writer, None, [new_offset_commit_record("g", "t", 0, 1, -1, "", 1)])
     assert (failed.value.error, failed.value.step_down) == (Errors.NOT_LEADER_OR_FOLLOWER, True)
+
+
+def test_the_upkeep_of_a_new_leader_starts_at_once_and_ends_when_it_steps_down(monkeypatch):
+    """The first maintenance round (lease renewal, catch-up of the replicas out of the ISR) runs as soon as the
+    partition is served, not an interval later; a round that finds the leader deposed steps it down, and the
+    upkeep ends. While the partition is not served, rounds are skipped."""
+    from types import SimpleNamespace
+
+    from raygroups.actors import partition_writer
+    from raygroups.coordinator.lifecycle import PartitionState
+
+    steps: list[str] = []
+    served = SimpleNamespace(ctx=SimpleNamespace(state=PartitionState.LOADING, log=None), run_io=_io, partition=3,
+                             config=SimpleNamespace(shard_session_timeout_ms=3_000))
+
+    async def sleep(seconds):
+        steps.append(f"sleep {seconds:g}")
+        if len(steps) == 1:
+            served.ctx.state = PartitionState.ACTIVE  # loaded meanwhile
+
+    async def maintain(partition_log, run_io):
+        steps.append("maintain")
+        if steps.count("maintain") == 2:
+            raise append_failure(Deposed("partition 3 moved on"), replicated=True)
+
+    def step_down(why):
+        steps.append(f"step down: {why}")
+        served.ctx.state = PartitionState.FAILED
+
+    served.writer = SimpleNamespace(maintain=maintain)
+    served.step_down = step_down
+    monkeypatch.setattr(partition_writer.asyncio, "sleep", sleep)
+    asyncio.run(partition_writer.maintenance_loop(served))
+    nap = f"sleep {partition_writer.maintenance_interval_s(3_000):g}"
+    assert steps[:4] == [nap, "maintain", nap, "maintain"] and steps[5:] == [nap]
+    assert steps[4].startswith("step down: ") and "partition 3 moved on" in steps[4]
