@@ -3,7 +3,8 @@
 Routing is Kafka's FindCoordinator: ``partition_for(group_id)`` → the shard actor named
 ``raygroups-shard-<p>`` in the deployment's namespace (handle cached). A Ray failure on a call (dead or
 restarting actor, missing name) is turned into ``NOT_COORDINATOR`` and the handle is dropped; a shard that
-answers ``NOT_COORDINATOR`` or ``COORDINATOR_NOT_AVAILABLE`` has the partition's actor looked up again; the
+answers ``NOT_COORDINATOR`` or ``COORDINATOR_NOT_AVAILABLE`` (``COORDINATOR_LOAD_IN_PROGRESS``: at most every
+``MOVED_CHECK_S``) has the partition's actor looked up again; the
 retriable coordinator errors (``COORDINATOR_LOAD_IN_PROGRESS``, ``NOT_COORDINATOR``,
 ``COORDINATOR_NOT_AVAILABLE``) are retried with exponential backoff and KIP-580's jitter until ``request.timeout.ms``
 (JoinGroup: ``max(request.timeout.ms, rebalance_timeout_ms + 5000)``, as Kafka's client), then
