@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import tempfile
@@ -12,7 +13,7 @@ from typing import Any
 
 import click
 
-from raygroups.cli.common import ERRORS, fail, init_ray, main
+from raygroups.cli.common import ERRORS, ExitCode, fail, init_ray, main
 from raygroups.deployment.cluster import DEFAULT_NAMESPACE
 
 LOCAL_PARTITIONS = 4
@@ -91,7 +92,9 @@ def parse_every(value: str | None, option: str = "--every") -> float | None:
 @click.option("--round-timeout", default="30m", show_default=True, metavar="DURATION",
               help="Watch mode: a round still running after this long has its Spark jobs cancelled and fails (a "
                    "job can wait for ever on executors lost with their node); the next round starts a new session "
-                   "if this one lost its executors.")
+                   "if this one lost its executors. A round still running a minute after that is stuck where no "
+                   "cancel reaches (a Spark session that never starts): the process exits with code 1, for its "
+                   "supervisor (systemd's Restart=always) to start it again.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the report as JSON (one line per round), and the progress as JSON lines on stderr "
                    '({"step": "upload|compact|swap", "done": N, "total": M}; "spark" while its session starts; '
@@ -143,6 +146,27 @@ def _compact_deployment(address, namespace, partitions, storage_uri, as_json, ve
     return 0 if report.ok else 1
 
 
+# A round still running this long after its --round-timeout cancelled its Spark jobs waits where no cancel
+# reaches: raydp's session start waiting for executors Ray cannot place, a Ray or Py4J call with no deadline.
+# Found by the hour-long chaos run: a watch process silent for 45 minutes. A thread cannot interrupt those
+# waits, so the process gives up, as a watchdog would, and its supervisor starts it again.
+STUCK_GRACE_S = 60.0
+_exit = os._exit  # (a test replaces it)
+
+
+def _give_up(round_no: int, stuck_s: float, as_json: bool) -> None:
+    """Called on a timer thread when round ``round_no`` has run ``stuck_s``: one sentence, then exit 1."""
+    why = (f"round {round_no} still running {stuck_s:g} s after it started, {STUCK_GRACE_S:g} s past --round-timeout "
+           f"and the cancel of its Spark jobs: it waits where no cancel reaches; exiting for the supervisor "
+           f"to start the watch again")
+    if as_json:
+        click.echo(json.dumps({"ok": False, "error": why}))
+    click.echo(f"raygroups compact: {why}", err=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    _exit(ExitCode.ERROR)
+
+
 def watch_rounds(cluster: Any, partitions, storage_uri, as_json: bool, verbose: bool, every_s: float,
                  min_dirty_ratio: float, rounds: int | None, round_timeout_s: float | None = None) -> int:
     """The watch mode: a round every ``every_s`` (from the start of the previous one) until ``rounds`` or
@@ -163,10 +187,14 @@ def watch_rounds(cluster: Any, partitions, storage_uri, as_json: bool, verbose: 
     try:
         while True:
             started = time.monotonic()
-            timer = None if round_timeout_s is None else threading.Timer(round_timeout_s, cancel_jobs)
-            if timer is not None:
-                timer.daemon = True
-                timer.start()
+            timer = stuck = None
+            if round_timeout_s is not None:
+                timer = threading.Timer(round_timeout_s, cancel_jobs)
+                stuck_s = round_timeout_s + STUCK_GRACE_S
+                stuck = threading.Timer(stuck_s, _give_up, args=(done + 1, stuck_s, as_json))
+                for t in (timer, stuck):
+                    t.daemon = True
+                    t.start()
             try:
                 report = _run_with_progress(cluster, partitions, storage_uri, as_json, verbose,
                                             min_dirty_ratio=min_dirty_ratio,
@@ -184,8 +212,9 @@ def watch_rounds(cluster: Any, partitions, storage_uri, as_json: bool, verbose: 
                 _show(report, as_json)
                 done, ok = done + 1, report.ok
             finally:
-                if timer is not None:
-                    timer.cancel()
+                for t in (timer, stuck):
+                    if t is not None:
+                        t.cancel()
             if rounds is not None and done >= rounds:
                 break
             wait = max(0.0, every_s - (time.monotonic() - started))

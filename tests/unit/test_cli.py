@@ -173,6 +173,42 @@ def test_a_watch_round_that_fails_is_reported_and_the_watch_goes_on(monkeypatch,
     assert compact.watch_rounds(None, None, None, True, False, 1.0, 0.5, 2) == 1  # the last round failed
 
 
+def test_a_watch_round_stuck_past_its_timeout_and_the_cancel_exits_for_its_supervisor(monkeypatch, capsys):
+    """A round that goes on after ``--round-timeout`` cancelled its Spark jobs waits where no cancel reaches (the
+    hour-long chaos run found a watch silent for 45 minutes): one sentence, and exit code 1 for the supervisor to
+    start the watch again. A round that ends in time leaves no timer behind."""
+    import threading
+
+    from raygroups.cli import compact
+    from raygroups.compaction import CompactionReport
+
+    exited, released = [], threading.Event()
+
+    def stuck_round(*args, **kwargs):
+        if not released.wait(30):
+            raise AssertionError("the watchdog never fired")
+        raise TimeoutError("the Spark session never started")
+
+    def exit_(code):
+        exited.append(code)
+        released.set()
+
+    monkeypatch.setattr(compact, "_run_with_progress", stuck_round)
+    monkeypatch.setattr(compact, "_exit", exit_)
+    monkeypatch.setattr(compact, "STUCK_GRACE_S", 0.05)
+    assert compact.watch_rounds(None, None, None, True, False, 1.0, 0.5, 1, round_timeout_s=0.05) == 1
+    assert exited == [1]
+    out = capsys.readouterr()
+    assert '"error": "round 1 still running 0.1 s after it started, 0.05 s past --round-timeout' in out.out
+    assert "exiting for the supervisor to start the watch again" in out.err
+
+    monkeypatch.setattr(compact, "_run_with_progress",
+                        lambda *a, **k: CompactionReport([{"partition": 0, "ok": True}], snapshot_path="s"))
+    assert compact.watch_rounds(None, None, None, True, False, 1.0, 0.5, 1, round_timeout_s=0.2) == 0
+    released.clear()
+    assert not released.wait(0.4) and exited == [1]  # its timers were cancelled with the round
+
+
 # --- raygroups groups|offsets|status without a deployment: parsing, usage, exit codes -----------------------
 @pytest.mark.parametrize(("text", "ms"), [
     ("P1DT2H", 93_600_000), ("PT30M", 1_800_000), ("PT0.5S", 500), ("pt1,25s", 1_250), ("P2D", 172_800_000),
