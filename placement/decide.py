@@ -127,15 +127,26 @@ class _Round:
         pending = any(self.reported.get(n) != self.incarnations.get(n) for n in candidates if n not in ok)
         return ok, pending
 
-    def failover(self, p: int, reason: str, exclude: str | None) -> None:
+    def failover(self, p: int, reason: str, exclude: str | None, shard_only: bool = False) -> None:
         """Elect the first live in-sync replica other than ``exclude`` (restarted nodes last resort) whose
-        disk holds the partition; an in-sync replica whose disk lost it leaves the ISR."""
+        disk holds the partition; an in-sync replica whose disk lost it leaves the ISR.
+
+        ``shard_only``: only the old leader's shard process died (Ray saw it die), not its node: that node's
+        replica stays in the ISR when its disk holds the partition. Its log holds every batch ever
+        acknowledged (the leader appends before anyone acknowledges), the new leader levels it to its own
+        log (truncating what was never acknowledged) before serving, or drops it from the ISR if it cannot,
+        and nothing writes to it meanwhile (the dead process' lock died with it). As Kafka keeps the ISR
+        when leadership moves between live brokers (``PartitionChangeBuilder``; the old leader truncates as
+        a follower, KIP-101), so that a second and third leader failure in a row still find an in-sync
+        replica elsewhere rather than wait for Ray to restart the one left."""
         a = self.parts[p]
         candidates = self.alive() - self.restarted - {exclude}
         ok, pending = self.electable(p, {n for n in a.isr if n in candidates})
         if not ok and pending:
             return  # decided again once their disks have reported
-        isr = tuple(n for n in a.isr if n in ok)
+        kept = {exclude} if shard_only and exclude in self.alive() - self.restarted and \
+            exclude in self.electable(p, {exclude})[0] else set()
+        isr = tuple(n for n in a.isr if n in ok or n in kept)
         new = elect_leader(replace(a, isr=isr), sorted(candidates)) if isr else None
         if new is None:
             # Offline. As Kafka, the ISR keeps its last members: they hold every acknowledged batch, and
@@ -327,7 +338,7 @@ class _Round:
                     # in-sync replica on another node takes over now (its hot standby is promoted) rather
                     # than the partition waiting for a new process and its load, as Kafka elects another
                     # in-sync replica when a leader's broker dies.
-                    self.failover(p, "leader shard died (Ray is restarting it)", exclude=a.leader)
+                    self.failover(p, "leader shard died (Ray is restarting it)", exclude=a.leader, shard_only=True)
                     continue
                 t = ShardTrack(a.leader, self.now, o.actor_id)  # Ray is restarting it: a new start
             if o.answer is not None:

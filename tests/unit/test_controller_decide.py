@@ -111,9 +111,41 @@ def test_a_leader_shard_that_dies_after_serving_fails_over_at_once_to_an_in_sync
     w.run_until(lambda: w.state(p).leader != old.leader, limit_ms=400)  # within the next round or two
     new = w.state(p)
     assert new.leader in old.isr and new.leader_epoch == old.leader_epoch + 1
+    # Only the process died: its node's replica, which holds every acknowledged batch, stays in sync
+    assert set(new.isr) == set(old.isr) and w.disks[old.leader].replicas[p].state == new
     assert [e["reason"] for e in w.events if e["event"] == "failover"] == ["leader shard died (Ray is restarting it)"]
     w.run_until(w.serving)
     assert w.shards[p].node == new.leader  # the restarting actor replaced on the new leader's node
+
+
+def test_three_leader_shards_dying_in_a_row_each_fail_over_elsewhere_with_no_catch_up_between():
+    # A leader flap: each new leader's process killed as soon as it serves, before any follower left out of
+    # the ISR could have been caught up. The old leaders' replicas stayed in sync, so the third death still
+    # finds another in-sync replica rather than waiting for Ray to restart the only one left.
+    w = up(World())
+    p = 1
+    epochs, led = [w.state(p).leader_epoch], [w.state(p).leader]
+    for _ in range(3):
+        _crash_shard(w, p)
+        w.run_until(lambda: w.state(p).leader != led[-1], limit_ms=400)
+        w.run_until(w.serving)
+        a = w.state(p)
+        assert set(a.isr) == {"node-0", "node-1", "node-2"}
+        led.append(a.leader)
+        epochs.append(a.leader_epoch)
+    assert all(a != b for a, b in zip(led, led[1:], strict=False))  # each time another node's replica
+    assert epochs == sorted(set(epochs))  # every election a newer epoch
+    assert not [e for e in w.events if e["event"] == "shard-restart"]
+
+
+def test_a_leader_shard_that_dies_keeps_its_node_in_the_isr_only_while_that_node_lives():
+    w = up(World())
+    p = 1
+    old = w.state(p)
+    _crash_shard(w, p)
+    w.kill(old.leader)  # the node goes too before the controller's next round
+    w.run_until(lambda: w.state(p).leader != old.leader, limit_ms=400)
+    assert old.leader not in w.state(p).isr
 
 
 def _restart_shard_unseen(w: World, p: int) -> None:
