@@ -61,7 +61,7 @@ from raygroups.placement.requests import (
     readiness,
 )
 from raygroups.placement.spare_keeper import SpareKeeper
-from raygroups.placement.spares import SparesSeen, standby_spares_due
+from raygroups.placement.spares import SparesSeen, cold_spares_wanted, inheritable, standby_spares_due
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +139,7 @@ class Controller:
         # the one task that sees to them.
         self._standby_spares: dict[str, SparesSeen] = {}
         self._standby_task: asyncio.Task | None = None
+        self._cold_task: asyncio.Task | None = None  # the one task that starts cold spares a node came to want
         # Ray's node table read between rounds (``_watch_nodes``), on a thread of its own so that blocking
         # calls on the shared pool (spares started, actor states) never delay it.
         self._wake: asyncio.Event | None = None
@@ -257,6 +258,7 @@ class Controller:
         # its epoch (``leader_started``) does not wait for the other partitions' shards to start.
         await self._start_and_stop_shards(decision, failed, decided)
         self._see_to_standby_spares(now_ms)
+        self._see_to_cold_spares()
 
     # ------------------------------------------------------------------------------------------
     # Observe
@@ -333,6 +335,33 @@ class Controller:
                 for name, (incarnation, followed) in due.items()}
         if todo:
             self._standby_task = asyncio.get_running_loop().create_task(self._ensure_standby_spares(todo))
+
+    def _see_to_cold_spares(self) -> None:
+        """In the background (one task at a time): a node that would now inherit more partitions from one
+        lost node than its spares cover (``spares.cold_spares_wanted``) gets the cold spares it lacks, before
+        that loss rather than at it."""
+        if self._obs is None or self._spares.per_partition or \
+                (self._cold_task is not None and not self._cold_task.done()):
+            return
+        nodes = self._obs.nodes
+        live = {n for n, o in nodes.items() if o.alive and n not in self._meta.refused}
+        todo, configured = {}, self._actors.cold_spares
+        for name in sorted(live):
+            if self._meta.reported.get(name) != nodes[name].node_id:
+                continue  # its spares come with its disk report (``_ensure_spare``)
+            want = cold_spares_wanted(configured, inheritable(self._meta.partitions, name, live), False)
+            if self._spares.want_cold(name, want):
+                todo[name] = scheduling_for(nodes[name], name)
+        if todo:
+            self._cold_task = asyncio.get_running_loop().create_task(self._ensure_cold_spares(todo))
+
+    async def _ensure_cold_spares(self, todo: dict) -> None:
+        for name, scheduling in sorted(todo.items()):
+            try:
+                if await asyncio.to_thread(self._spares.ensure_spare, name, scheduling):
+                    self._event({"event": "spare-started", "node": name, "cold_wanted": self._spares.cold_wanted(name)})
+            except Exception as e:  # noqa: BLE001 - the node's next failover replaces what it adopts
+                log.info("could not start cold spares on %s: %s", name, e)
 
     async def _ensure_standby_spares(self, todo: dict) -> None:
         for name, (incarnation, followed, scheduling) in sorted(todo.items()):

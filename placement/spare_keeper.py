@@ -45,6 +45,20 @@ class SpareKeeper:
         # register its name, up to a second under load, which no failover may wait for); the node's listing
         # shows them once created, and until then they count as there.
         self._creating: Counter[tuple[str, bool]] = Counter()
+        self._cold_wanted: dict[str, int] = {}  # node -> cold spares it keeps, when not ``cold_spares``
+
+    def cold_wanted(self, node: str) -> int:
+        """How many cold spares ``node`` keeps now (``want_cold``, else ``shard.cold.spares``)."""
+        return self._cold_wanted.get(node, self._actors.cold_spares)
+
+    def want_cold(self, node: str, count: int) -> bool:
+        """From now on ``node`` keeps ``count`` cold spares (``spares.cold_spares_wanted``): True if that is
+        more than before, when ``ensure_spare`` should start the new ones. Fewer stop none: those there are
+        adopted by the next failovers onto the node and not replaced beyond the new count."""
+        with self._lock:
+            grew = count > self.cold_wanted(node)
+            self._cold_wanted[node] = count
+            return grew
 
     @property
     def per_partition(self) -> bool:
@@ -73,7 +87,7 @@ class SpareKeeper:
             took["adopt_s"], step = time.monotonic() - step, time.monotonic()
             if needs_spare_for_all(self.per_partition, free, used) and not self._creating[(node, False)]:
                 self._wanting[(node, False)] = 1  # the node's spare for all was taken: ``replenish`` starts one
-            self._wanting[(node, True)] = max(0, cold_spares_missing(free, self._actors.cold_spares, used)
+            self._wanting[(node, True)] = max(0, cold_spares_missing(free, self.cold_wanted(node), used)
                                               - self._creating[(node, True)])  # and its cold ones
         if handle is None:
             # No spare took it: a new process, started outside the lock, so that the other partitions of a
@@ -115,7 +129,7 @@ class SpareKeeper:
             # Those being created, and those a failover took that ``replenish`` is about to replace, count.
             coming = self._creating + self._wanting
             kinds = [False] if needs_spare_for_all(self.per_partition, free) and not coming[(node, False)] else []
-            kinds += [True] * max(0, cold_spares_missing(free, self._actors.cold_spares) - coming[(node, True)])
+            kinds += [True] * max(0, cold_spares_missing(free, self.cold_wanted(node)) - coming[(node, True)])
             self._creating.update((node, cold) for cold in kinds)
         self._create(node, scheduling, kinds)
         return bool(kinds)

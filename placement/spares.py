@@ -18,11 +18,12 @@ partition, from the partitions it had performed when it launched it).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from raygroups.placement.model import Metadata, Observations
-from raygroups.placement.plan import PartitionAssignment
+from raygroups.placement.plan import PartitionAssignment, elect_leader
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,26 @@ def cold_spares_missing(free: list[Spare], wanted: int, used: set[str] = frozens
     a new process takes two to four seconds to start on a loaded machine, where a cold spare loads the
     partition at once. Those in ``used`` (adopted, or given up on) do not count."""
     return max(0, wanted - sum(1 for s in free if s.cold and s.name not in used))
+
+
+def inheritable(partitions: Mapping[int, PartitionAssignment], node: str, live: set[str] | frozenset[str]) -> int:
+    """The most partitions ``node`` would be elected leader of at once if one other live node were lost: per
+    such node, the partitions it leads whose first live in-sync replica after it is ``node`` (the order
+    ``elect_leader`` elects in, as Kafka's controller)."""
+    others = set(live) - {node}
+    counts = Counter(a.leader for a in partitions.values()
+                     if a.leader in others and elect_leader(a, set(live) - {a.leader}) == node)
+    return max(counts.values(), default=0)
+
+
+def cold_spares_wanted(configured: int, inherit: int, per_partition: bool) -> int:
+    """How many cold spares a node keeps: ``shard.cold.spares``, or more while the node would inherit more
+    partitions from one lost node (``inheritable``) than its spare with the standbys and those cover -- when
+    leadership has gathered on few nodes (after a full restart, or a run of failovers, until leader balance
+    spreads it again), a new process per partition beyond the spares costs 2-4 s on a loaded machine (the
+    chaos benchmark's controller kills, seed 4242). With spares per partition each followed partition has a
+    spare of its own, and the setting is kept."""
+    return configured if per_partition else max(configured, inherit - 1)
 
 
 def standby_spares_plan(followed: set[int] | frozenset[int], free: list[Spare]) -> tuple[list[int], list[str]]:

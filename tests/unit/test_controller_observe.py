@@ -11,7 +11,7 @@ import dataclasses
 import pytest
 from raygroups.placement import controller as controller_module
 from raygroups.placement.controller import Controller
-from raygroups.placement.model import Settings, ShardObservation
+from raygroups.placement.model import Observations, Settings, ShardObservation
 from raygroups.placement.nodes import COORDINATOR_RESOURCE, NODE_LABEL, coordinator_nodes
 from raygroups.placement.plan import PartitionAssignment
 
@@ -111,3 +111,44 @@ def test_a_probe_that_times_out_is_unanswered_with_rays_actor_state(monkeypatch,
     nodes, shards = _probe_round(_controller(actors), actors)
     assert all(o.alive for o in nodes.values())
     assert shards[0].answer == ("ACTIVE" if answers else None) and shards[0].actor_state == "ALIVE"
+
+
+class SpareActors(Actors):
+    """Also the seam's spares: none listed, and every creation recorded."""
+
+    standby_per_partition = False
+    cold_spares = 2
+
+    def __init__(self) -> None:
+        super().__init__({})
+        self.created: list[tuple[str, bool]] = []
+
+    def list_spares(self, node: str) -> list:
+        return []
+
+    def create_spare(self, node: str, scheduling: dict, standby_for=None, cold: bool = False) -> None:
+        self.created.append((node, cold))
+
+
+def test_a_node_that_would_inherit_more_than_its_spares_cover_gets_cold_spares_before_the_loss():
+    # A full restart put every leader on A: losing A would hand B six partitions and C two. B gets a cold
+    # spare for each beyond its spare with the standbys before that loss; C keeps the configured two.
+    actors = SpareActors()
+    controller = Controller("ns", Settings(8, 3, 2), actors)
+    layout = {p: PartitionAssignment(tuple(NODES[(p + i) % 3] for i in range(3)), "A", 1, NODES, 1) for p in range(8)}
+    nodes = coordinator_nodes(_table(set()))
+    controller._meta = dataclasses.replace(controller._meta, partitions=layout,
+                                           reported={n: o.node_id for n, o in nodes.items()})
+    controller._obs = Observations(nodes)
+
+    async def see_to() -> None:
+        controller._see_to_cold_spares()
+        if controller._cold_task is not None:
+            await controller._cold_task
+
+    asyncio.run(see_to())
+    assert actors.created == [("B", False)] + [("B", True)] * 5
+    assert controller._spares.cold_wanted("B") == 5 and controller._spares.cold_wanted("C") == 2
+    actors.created.clear()
+    asyncio.run(see_to())
+    assert actors.created == []  # wanted as before: nothing more started

@@ -16,8 +16,10 @@ from raygroups.placement.spares import (
     SparesSeen,
     adoption_order,
     cold_spares_missing,
+    cold_spares_wanted,
     followed_by,
     free_spares,
+    inheritable,
     needs_spare_for_all,
     standby_spares_due,
     standby_spares_plan,
@@ -53,6 +55,37 @@ def test_every_node_keeps_its_cold_spares_whatever_the_mode():
     assert cold_spares_missing([Spare("s-cold", None, cold=True)], 1) == 0
     assert cold_spares_missing([Spare("s-cold", None, cold=True)], 1, used={"s-cold"}) == 1
     assert cold_spares_missing([Spare("a-cold", None, cold=True), Spare("b-cold", None, cold=True)], 0) == 0
+
+
+def _led(leaders: str) -> dict[int, PartitionAssignment]:
+    """Eight partitions on three nodes, Kafka's round-robin replica order, led as ``leaders`` says (one digit
+    per partition, the node's number)."""
+    nodes = ("a", "b", "c")
+    out = {}
+    for p, n in enumerate(leaders):
+        replicas = tuple(nodes[(p + i) % 3] for i in range(3))
+        out[p] = PartitionAssignment(replicas, nodes[int(n)], 1, replicas, 1)
+    return out
+
+
+def test_a_node_inherits_at_most_what_one_lost_node_would_hand_it():
+    live = {"a", "b", "c"}
+    balanced = _led("01201201")  # every partition on its preferred replica
+    # (Kafka's layout: a's partitions all name b next, b's name c, c's name a.)
+    assert {n: inheritable(balanced, n, live) for n in live} == {"a": 2, "b": 3, "c": 3}
+    gathered = _led("00000000")  # a full restart put every leader on the first node back
+    assert {n: inheritable(gathered, n, live) for n in live} == {"a": 0, "b": 6, "c": 2}
+    # A node that is not in sync, or already lost, inherits nothing; one lost node can hand over all.
+    out_of_sync = {p: replace(a, isr=tuple(n for n in a.isr if n != "b")) for p, a in gathered.items()}
+    assert inheritable(out_of_sync, "c", live) == 8 and inheritable(out_of_sync, "b", live) == 0
+    assert inheritable(gathered, "b", {"a", "b"}) == 8
+
+
+def test_a_node_keeps_more_cold_spares_while_it_would_inherit_more_than_its_spares_cover():
+    assert cold_spares_wanted(2, 3, False) == 2  # the spare with the standbys and two cold spares cover three
+    assert cold_spares_wanted(2, 6, False) == 5  # the spare with the standbys takes the first of six
+    assert cold_spares_wanted(0, 0, False) == 0
+    assert cold_spares_wanted(2, 5, True) == 2  # spares per partition: each has its own
 
 
 def test_spares_per_partition_follow_the_followed_partitions_and_leave_adopting_ones_alone():
@@ -189,6 +222,22 @@ def test_a_node_keeps_shard_cold_spares_of_them_and_a_lost_nodes_partitions_adop
     assert ("started shard", 7, "n") not in seam.actions
     assert keeper.replenish("n", {}) is True and keeper.replenish("n", {}) is False
     assert seam.actions[-3:] == [("new spare", None), ("new cold spare",), ("new cold spare",)]
+
+
+def test_a_node_wanting_more_cold_spares_gets_them_then_keeps_what_it_has_when_it_wants_fewer():
+    seam = Seam(cold_spares=2)
+    keeper = SpareKeeper(seam)
+    keeper.ensure_spare("n", {})
+    assert keeper.want_cold("n", 2) is False and keeper.want_cold("n", 4) is True
+    assert keeper.ensure_spare("n", {}) is True
+    assert Counter(a for a in seam.actions) == {("new spare", None): 1, ("new cold spare",): 4}
+    # Leadership spread again: no spare stopped, and the ones failovers adopt are replaced up to two only.
+    assert keeper.want_cold("n", 2) is False
+    assert [keeper.replace_shard(p, "n", {}) for p in (1, 2, 3, 4)] == ["n-new1", "n-new2-c", "n-new3-c", "n-new4-c"]
+    assert not [a for a in seam.actions if a[0] == "stopped"]
+    seam.actions.clear()
+    keeper.replenish("n", {})
+    assert seam.actions == [("new spare", None), ("new cold spare",)]  # one cold spare left, one more makes two
 
 
 def test_spares_per_partition_are_started_and_stopped_and_an_adopting_one_is_never_stopped():
