@@ -148,7 +148,8 @@ class CoordinatorConfig:
     # Spare processes per node with no standby (about 140 MB each): each loads a partition at once when the
     # node is handed more partitions than its spares with standbys cover (a lost node's partitions, two or
     # three to each survivor, or leadership flapping onto the node again before its spare is replaced),
-    # where a new process takes 2-4 s to start on a loaded machine (chaos runs, seed 4242).
+    # where a new process takes 2-4 s to start on a loaded machine (chaos runs, seed 4242). At least: a node
+    # that would inherit more partitions from one lost node gets more (``placement.spares.cold_spares_wanted``).
     shard_cold_spares: int = 2
 
     def __post_init__(self) -> None:
