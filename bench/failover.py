@@ -37,6 +37,8 @@ from raygroups import partition_for  # noqa: E402
 from raygroups.deployment.start import simulated_health_checks_text, start_local  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
+OUT = sys.stdout  # the figures' stream: the real terminal once Ray's output goes to a log (never
+# sys.stdout itself: Ray prints its raylets' messages to whatever sys.stdout is)
 FILL_TOPIC = "fill"
 FILL_PARTITIONS = 1000  # keys per commit request while filling
 
@@ -203,7 +205,7 @@ def measure_failovers(sizes: list[int]) -> list[dict]:
             result = _failover_once(cluster, partition, group)
             result["fill_s"] = round(fill_s, 1)
             failovers.append(result)
-            print(f"failover with {size:>10} records: {result}", flush=True)
+            print(f"failover with {size:>10} records: {result}", flush=True, file=OUT)
             cluster.restart_node(result["victim"])  # back under its name: it rejoins the ISR of its partitions
             _wait_full_isr(cluster)
     finally:
@@ -347,11 +349,11 @@ def _machine() -> dict:
 
 def _print_failovers(failovers: list[dict]) -> None:
     print(f"{'records':>9} {'total':>7} {'Ray':>7} {'ctrl':>7} {'detect':>7} {'elect':>7} {'replay':>7} "
-          f"{'rest':>7}  new shard")
+          f"{'rest':>7}  new shard", file=OUT)
     for f in failovers:
         print(f"{f['records'] or 0:>9} {f['total_s']:>7} {f['ray_declared_s']!s:>7} {f['controller_saw_death_s']!s:>7} "
               f"{f['detection_s']!s:>7} {f['election_s']!s:>7} {f['replay_s']:>7} {f['rediscovery_and_rest_s']:>7}  "
-              f"{f['new_shard']}")
+              f"{f['new_shard']}", file=OUT)
 
 
 def main() -> None:
@@ -376,7 +378,7 @@ def main() -> None:
     if args.node_loss_partitions:
         for per_partition in (False, True):
             node_loss.append(measure_node_loss(per_partition, args.node_loss_partitions, args.node_loss_records))
-            print(f"node loss, spare per partition {per_partition}: {node_loss[-1]}", flush=True)
+            print(f"node loss, spare per partition {per_partition}: {node_loss[-1]}", flush=True, file=OUT)
     rates = {}
     for rf in (3, 1):
         c = start_local(num_partitions=1, num_nodes=3, config={**CONFIG, "offsets.topic.replication.factor": rf,
@@ -399,12 +401,12 @@ def main() -> None:
     for loss in node_loss:
         mode = "a spare per partition" if loss["per_partition_spares"] else "one spare per node"
         print(f"node leading {len(loss['failovers'])} partitions lost ({mode}; detection {loss['detection_s']} s, "
-              f"spares {loss['spare_processes_before']}):")
+              f"spares {loss['spare_processes_before']}):", file=OUT)
         for f in loss["failovers"]:
             print(f"  partition {f['partition']} on {f['node']}: kill -> first commit {f['total_s']} s, "
-                  f"{f['new_shard']}, load {f['load_s']} s")
+                  f"{f['new_shard']}, load {f['load_s']} s", file=OUT)
     print(f"commit calls/s at 64 clients: RF 3 {rates[3]:.0f}, RF 1 {rates[1]:.0f} "
-          f"({rates[3] / rates[1]:.0%} of RF 1)")
+          f"({rates[3] / rates[1]:.0%} of RF 1)", file=OUT)
 
 
 if __name__ == "__main__":
@@ -414,5 +416,5 @@ if __name__ == "__main__":
 
     RESULTS.mkdir(exist_ok=True)
     with quiet_output(str(RESULTS / "failover-ray-output.log"), restore=False) as terminal:
-        sys.stdout = terminal
+        OUT = terminal
         main()

@@ -31,6 +31,8 @@ from raygroups.deployment.seam import add_simulated_node  # noqa: E402
 from raygroups.deployment.start import SIMULATED_HEALTH_CHECKS, deploy  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
+OUT = sys.stdout  # the figures' stream: the real terminal once Ray's output goes to a log (never
+# sys.stdout itself: Ray prints its raylets' messages to whatever sys.stdout is)
 PARTITIONS = 8
 TOPIC = "bench"
 PER_COMMIT = 1_000  # offsets per commit request
@@ -123,7 +125,7 @@ def main() -> None:
     assert back == total, f"only {back} of {total} committed offsets came back"
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "restart.json").write_text(json.dumps(result, indent=2))
-    print(json.dumps(result, indent=2))
+    print(json.dumps(result, indent=2), file=OUT)
 
 
 if __name__ == "__main__":
@@ -133,5 +135,5 @@ if __name__ == "__main__":
 
     RESULTS.mkdir(exist_ok=True)
     with quiet_output(str(RESULTS / "restart-ray-output.log"), restore=False) as terminal:
-        sys.stdout = terminal
+        OUT = terminal
         main()

@@ -50,6 +50,8 @@ from raygroups import Errors  # noqa: E402
 from raygroups.testing import InProcessCoordinator, ManualClock  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
+OUT = sys.stdout  # the figures' stream: the real terminal once Ray's output goes to a log (never
+# sys.stdout itself: Ray prints its raylets' messages to whatever sys.stdout is)
 
 
 def _stable_groups(groups: int, members: int) -> int:
@@ -183,7 +185,7 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     info = machine()
     mem = memory_model()
-    print(f"memory: a group {mem['bytes_per_group']:,} B, a member {mem['bytes_per_member']:,} B", flush=True)
+    print(f"memory: a group {mem['bytes_per_group']:,} B, a member {mem['bytes_per_member']:,} B", flush=True, file=OUT)
     root = tempfile.mkdtemp(prefix="raygroups-scale-")
     replays = []
     try:
@@ -193,7 +195,7 @@ def main() -> None:
             print(f"replay of {n:>10,} distinct keys: {r['replay_s']} s ({r['replay_records_per_s']:,}/s, "
                   f"{r['replay_vs_raw']} of raw decode incl. keys); lazily {r['lazy_replay_s']} s "
                   f"({r['lazy_replay_records_per_s']:,}/s), materialized by {r['lazy_then_materialize_s']} s; "
-                  f"{r['bytes_per_committed_offset']} B per offset", flush=True)
+                  f"{r['bytes_per_committed_offset']} B per offset", flush=True, file=OUT)
             shutil.rmtree(os.path.join(root, f"distinct-{n}"), ignore_errors=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -203,7 +205,7 @@ def main() -> None:
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "scale.json").write_text(json.dumps(result, indent=2))
     for k, v in result["extrapolation"].items():
-        print(f"{k}: {v}")
+        print(f"{k}: {v}", file=OUT)
 
 
 if __name__ == "__main__":
@@ -211,5 +213,5 @@ if __name__ == "__main__":
 
     RESULTS.mkdir(exist_ok=True)
     with quiet_output(str(RESULTS / "scale-ray-output.log"), restore=False) as terminal:
-        sys.stdout = terminal
+        OUT = terminal
         main()
