@@ -65,6 +65,7 @@ _PROPERTIES: dict[str, _Prop] = {
     "shard.standby.enable": _Prop("shard_standby_enable", 0, 1, boolean=True),
     "shard.standby.per.partition": _Prop("shard_standby_per_partition", 0, 1, boolean=True),
     "shard.cold.spares": _Prop("shard_cold_spares", 0, 64),
+    "shard.cold.spares.max": _Prop("shard_cold_spares_max", 0, 64),
 }
 
 
@@ -151,6 +152,10 @@ class CoordinatorConfig:
     # where a new process takes 2-4 s to start on a loaded machine (chaos runs, seed 4242). At least: a node
     # that would inherit more partitions from one lost node gets more (``placement.spares.cold_spares_wanted``).
     shard_cold_spares: int = 2
+    # The most cold spares a node is given for what it would inherit (shard.cold.spares if that is more): in
+    # Kafka's replica layout every partition a node leads names the same node next, so with 50 partitions on
+    # 3 nodes a survivor inherits 17 at once; each spare costs about 140 MB resident, kept while it is wanted.
+    shard_cold_spares_max: int = 6
 
     def __post_init__(self) -> None:
         for name, prop in _PROPERTIES.items():

@@ -81,6 +81,11 @@ START_REPORTS_TIMEOUT_S = 30.0
 STANDBY_SPARES_RECHECK_MS = 10_000  # a node's spares per followed partition are checked at least this often
 
 
+def _newly_dead(nodes: dict, fresh: dict) -> bool:
+    """Whether a node alive in ``nodes`` is dead (or gone) in the later read ``fresh``."""
+    return any(o.alive and not (fresh.get(n) and fresh[n].alive) for n, o in nodes.items())
+
+
 def _now_ms() -> int:
     """Monotonic: every time in the metadata is this process's own (a clock step is not silence)."""
     return int(time.monotonic() * 1000)
@@ -140,6 +145,7 @@ class Controller:
         self._standby_spares: dict[str, SparesSeen] = {}
         self._standby_task: asyncio.Task | None = None
         self._cold_task: asyncio.Task | None = None  # the one task that starts cold spares a node came to want
+        self._cold_seen: tuple | None = None  # (partitions, live nodes, reports) the cold spares were last seen to
         # Ray's node table read between rounds (``_watch_nodes``), on a thread of its own so that blocking
         # calls on the shared pool (spares started, actor states) never delay it.
         self._wake: asyncio.Event | None = None
@@ -307,6 +313,7 @@ class Controller:
     async def _ensure_spare(self, name: str, node) -> None:
         """Once per incarnation of a coordinator node (with its disk report): a spare shard process there,
         whether or not it leads anything yet, so that a failover onto it adopts instead of starting one."""
+        self._spares.forget_cold(name)  # a new incarnation inherits nothing yet: its rounds say what it wants
         try:
             if await asyncio.to_thread(self._spares.ensure_spare, name, scheduling_for(node, name)):
                 self._event({"event": "spare-started", "node": name})
@@ -344,13 +351,16 @@ class Controller:
                 (self._cold_task is not None and not self._cold_task.done()):
             return
         nodes = self._obs.nodes
-        live = {n for n, o in nodes.items() if o.alive and n not in self._meta.refused}
-        todo, configured = {}, self._actors.cold_spares
-        for name in sorted(live):
+        live = frozenset(n for n, o in nodes.items() if o.alive and n not in self._meta.refused)
+        seen = (self._meta.partitions, live, self._meta.reported)
+        if seen == self._cold_seen:
+            return  # nothing it depends on changed since the last round
+        self._cold_seen = seen
+        todo, configured, most = {}, self._actors.cold_spares, self._actors.cold_spares_max
+        for name, inherit in sorted(inheritable(self._meta.partitions, live).items()):
             if self._meta.reported.get(name) != nodes[name].node_id:
                 continue  # its spares come with its disk report (``_ensure_spare``)
-            want = cold_spares_wanted(configured, inheritable(self._meta.partitions, name, live), False)
-            if self._spares.want_cold(name, want):
+            if self._spares.want_cold(name, cold_spares_wanted(configured, inherit, False, most)):
                 todo[name] = scheduling_for(nodes[name], name)
         if todo:
             self._cold_task = asyncio.get_running_loop().create_task(self._ensure_cold_spares(todo))
@@ -360,7 +370,9 @@ class Controller:
             try:
                 if await asyncio.to_thread(self._spares.ensure_spare, name, scheduling):
                     self._event({"event": "spare-started", "node": name, "cold_wanted": self._spares.cold_wanted(name)})
-            except Exception as e:  # noqa: BLE001 - the node's next failover replaces what it adopts
+            except Exception as e:  # noqa: BLE001 - wanted again from the next change of leadership
+                self._spares.forget_cold(name)
+                self._cold_seen = None
                 log.info("could not start cold spares on %s: %s", name, e)
 
     async def _ensure_standby_spares(self, todo: dict) -> None:
@@ -388,12 +400,13 @@ class Controller:
         leaders = [p for p, a in self._meta.partitions.items() if a.leader is not None]
         probes = {p: asyncio.ensure_future(self._probe(p)) for p in leaders}
         pending = set(probes.values())
+        died = False
         while pending:
             _, pending = await asyncio.wait(pending, timeout=NODES_RECHECK_S)
             if pending:
                 fresh = await self._coordinator_nodes()
-                if any(o.alive and not (fresh.get(n) and fresh[n].alive) for n, o in nodes.items()):
-                    nodes = fresh
+                if _newly_dead(nodes, fresh):
+                    nodes, died = fresh, True
                     break
         shards: dict[int, ShardObservation] = {}
         for p, probe in probes.items():
@@ -402,6 +415,14 @@ class Controller:
             else:
                 probe.cancel()
                 shards[p] = await self._unanswered(p)
+        if not died and any(o.actor_state in STARTING for o in shards.values()):
+            # Ray marks a node dead before it moves the node's actors to RESTARTING: a shard seen restarting
+            # after the table was last read may have gone with its node, which a read now shows. Decided on
+            # the older table, it would look like a process dead on a live node, whose node stays in the ISR
+            # (``decide``), and the failover's commit would wait for that node's disk.
+            fresh = await self._coordinator_nodes()
+            if _newly_dead(nodes, fresh):
+                nodes = fresh
         return nodes, shards
 
     async def _probe(self, partition: int) -> ShardObservation:

@@ -54,11 +54,16 @@ class SpareKeeper:
     def want_cold(self, node: str, count: int) -> bool:
         """From now on ``node`` keeps ``count`` cold spares (``spares.cold_spares_wanted``): True if that is
         more than before, when ``ensure_spare`` should start the new ones. Fewer stop none: those there are
-        adopted by the next failovers onto the node and not replaced beyond the new count."""
-        with self._lock:
-            grew = count > self.cold_wanted(node)
-            self._cold_wanted[node] = count
-            return grew
+        adopted by the next failovers onto the node and not replaced beyond the new count. (No lock: the
+        controller's event loop calls it, and one dict entry written is read whole by the others.)"""
+        grew = count > self.cold_wanted(node)
+        self._cold_wanted[node] = count
+        return grew
+
+    def forget_cold(self, node: str) -> None:
+        """Back to ``shard.cold.spares`` for ``node`` (a new incarnation of it, or spares that could not be
+        started): the next ``want_cold`` of more counts as more again."""
+        self._cold_wanted.pop(node, None)
 
     @property
     def per_partition(self) -> bool:

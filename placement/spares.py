@@ -67,24 +67,28 @@ def cold_spares_missing(free: list[Spare], wanted: int, used: set[str] = frozens
     return max(0, wanted - sum(1 for s in free if s.cold and s.name not in used))
 
 
-def inheritable(partitions: Mapping[int, PartitionAssignment], node: str, live: set[str] | frozenset[str]) -> int:
-    """The most partitions ``node`` would be elected leader of at once if one other live node were lost: per
-    such node, the partitions it leads whose first live in-sync replica after it is ``node`` (the order
-    ``elect_leader`` elects in, as Kafka's controller)."""
-    others = set(live) - {node}
-    counts = Counter(a.leader for a in partitions.values()
-                     if a.leader in others and elect_leader(a, set(live) - {a.leader}) == node)
-    return max(counts.values(), default=0)
+def inheritable(partitions: Mapping[int, PartitionAssignment], live: set[str] | frozenset[str]) -> dict[str, int]:
+    """Per live node, the most partitions it would be elected leader of at once if one other live node were
+    lost: of each partition led by a live node, the first live in-sync replica after its leader (the order
+    ``elect_leader`` elects in, as Kafka's controller), counted per (heir, lost leader). One pass over the
+    partitions."""
+    live = frozenset(live)
+    counts = Counter((heir, a.leader) for a in partitions.values()
+                     if a.leader in live and (heir := elect_leader(a, live - {a.leader})) is not None)
+    most = dict.fromkeys(live, 0)
+    for (heir, _), n in counts.items():
+        most[heir] = max(most[heir], n)
+    return most
 
 
-def cold_spares_wanted(configured: int, inherit: int, per_partition: bool) -> int:
+def cold_spares_wanted(configured: int, inherit: int, per_partition: bool, most: int) -> int:
     """How many cold spares a node keeps: ``shard.cold.spares``, or more while the node would inherit more
-    partitions from one lost node (``inheritable``) than its spare with the standbys and those cover -- when
-    leadership has gathered on few nodes (after a full restart, or a run of failovers, until leader balance
-    spreads it again), a new process per partition beyond the spares costs 2-4 s on a loaded machine (the
-    chaos benchmark's controller kills, seed 4242). With spares per partition each followed partition has a
-    spare of its own, and the setting is kept."""
-    return configured if per_partition else max(configured, inherit - 1)
+    partitions from one lost node (``inheritable``) than its spare with the standbys and those cover, up to
+    ``most`` (``shard.cold.spares.max``) -- when leadership has gathered on few nodes (after a full restart,
+    or a run of failovers, until leader balance spreads it again), a new process per partition beyond the
+    spares costs 2-4 s on a loaded machine (the chaos benchmark's controller kills, seed 4242). With spares
+    per partition each followed partition has a spare of its own, and the setting is kept."""
+    return configured if per_partition else max(configured, min(most, inherit - 1))
 
 
 def standby_spares_plan(followed: set[int] | frozenset[int], free: list[Spare]) -> tuple[list[int], list[str]]:

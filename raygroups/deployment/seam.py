@@ -371,6 +371,10 @@ class ActorFactory:
     def cold_spares(self) -> int:
         return CoordinatorConfig.from_properties(self.config).shard_cold_spares
 
+    @property
+    def cold_spares_max(self) -> int:
+        return CoordinatorConfig.from_properties(self.config).shard_cold_spares_max
+
     def create_shard(self, partition: int | None, node: str, scheduling: dict[str, Any],
                      standby_for: int | None = None, cold: bool = False):
         """The shard of ``partition`` on ``node``, or (``None``) a spare for that node: one standing by for

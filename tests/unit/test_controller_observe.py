@@ -113,11 +113,30 @@ def test_a_probe_that_times_out_is_unanswered_with_rays_actor_state(monkeypatch,
     assert shards[0].answer == ("ACTIVE" if answers else None) and shards[0].actor_state == "ALIVE"
 
 
+def test_a_shard_seen_restarting_after_the_node_table_was_read_makes_the_round_read_it_again(monkeypatch):
+    # A's raylet dies after the round's last read of the node table: Ray then moves A's shard to RESTARTING,
+    # which its probe sees. Decided on the older table, A would look alive with a dead process (and stay in
+    # the ISR); the round reads the table again and sees the node gone.
+    monkeypatch.setattr(controller_module, "PROBE_STATE_CHECK_S", 0.01)
+    monkeypatch.setattr(controller_module, "NODES_RECHECK_S", 5.0)  # no read while the probes are out
+
+    class NodeDies(Actors):
+        def actor_state(self, actor_id: str) -> str:
+            self.dead_after_first_read = {"A"}
+            return "RESTARTING"
+
+    actors = NodeDies({0: Shard("A", answers=False), 1: Shard("B", answers=True)})
+    nodes, shards = _probe_round(_controller(actors), actors)
+    assert shards[0] == ShardObservation("RESTARTING", "actor-A")
+    assert not nodes["A"].alive and nodes["B"].alive and actors.reads == 2
+
+
 class SpareActors(Actors):
     """Also the seam's spares: none listed, and every creation recorded."""
 
     standby_per_partition = False
     cold_spares = 2
+    cold_spares_max = 6
 
     def __init__(self) -> None:
         super().__init__({})
@@ -130,25 +149,62 @@ class SpareActors(Actors):
         self.created.append((node, cold))
 
 
-def test_a_node_that_would_inherit_more_than_its_spares_cover_gets_cold_spares_before_the_loss():
-    # A full restart put every leader on A: losing A would hand B six partitions and C two. B gets a cold
-    # spare for each beyond its spare with the standbys before that loss; C keeps the configured two.
-    actors = SpareActors()
+def _gathered_on_a(actors: Actors) -> tuple[Controller, dict]:
+    """A controller of eight partitions all led by A (as after a full restart), every node reported."""
     controller = Controller("ns", Settings(8, 3, 2), actors)
     layout = {p: PartitionAssignment(tuple(NODES[(p + i) % 3] for i in range(3)), "A", 1, NODES, 1) for p in range(8)}
     nodes = coordinator_nodes(_table(set()))
     controller._meta = dataclasses.replace(controller._meta, partitions=layout,
                                            reported={n: o.node_id for n, o in nodes.items()})
     controller._obs = Observations(nodes)
+    return controller, nodes
 
-    async def see_to() -> None:
-        controller._see_to_cold_spares()
-        if controller._cold_task is not None:
-            await controller._cold_task
 
-    asyncio.run(see_to())
+def _seeing_to_cold_spares(controller: Controller):
+    """A round's cold-spare upkeep, run to its end."""
+    def see_to() -> None:
+        async def once() -> None:
+            controller._see_to_cold_spares()
+            if controller._cold_task is not None:
+                await controller._cold_task
+        asyncio.run(once())
+    return see_to
+
+
+def test_a_node_that_would_inherit_more_than_its_spares_cover_gets_cold_spares_before_the_loss():
+    # A full restart put every leader on A: losing A would hand B six partitions and C two. B gets a cold
+    # spare for each beyond its spare with the standbys before that loss; C keeps the configured two.
+    actors = SpareActors()
+    controller, nodes = _gathered_on_a(actors)
+    see_to = _seeing_to_cold_spares(controller)
+    see_to()
     assert actors.created == [("B", False)] + [("B", True)] * 5
     assert controller._spares.cold_wanted("B") == 5 and controller._spares.cold_wanted("C") == 2
     actors.created.clear()
-    asyncio.run(see_to())
+    see_to()
     assert actors.created == []  # wanted as before: nothing more started
+    # A new incarnation of B reports its disk: back to the setting until its rounds say more.
+    controller._spares.forget_cold("B")
+    controller._meta = dataclasses.replace(controller._meta, reported={**controller._meta.reported, "B": "B#2"})
+    controller._obs = Observations({**nodes, "B": dataclasses.replace(nodes["B"], node_id="B#2")})
+    see_to()
+    assert actors.created == [("B", False)] + [("B", True)] * 5
+
+
+def test_cold_spares_that_could_not_be_started_are_wanted_again_the_next_round():
+    actors = SpareActors()
+    fail = [True]
+
+    def create_spare(node, scheduling, standby_for=None, cold=False):
+        if fail[0]:
+            raise RuntimeError("the GCS did not answer")
+        actors.created.append((node, cold))
+
+    actors.create_spare = create_spare
+    controller, nodes = _gathered_on_a(actors)
+    see_to = _seeing_to_cold_spares(controller)
+    see_to()
+    assert actors.created == [] and controller._spares.cold_wanted("B") == 2
+    fail[0] = False
+    see_to()
+    assert actors.created == [("B", False)] + [("B", True)] * 5

@@ -72,20 +72,22 @@ def test_a_node_inherits_at_most_what_one_lost_node_would_hand_it():
     live = {"a", "b", "c"}
     balanced = _led("01201201")  # every partition on its preferred replica
     # (Kafka's layout: a's partitions all name b next, b's name c, c's name a.)
-    assert {n: inheritable(balanced, n, live) for n in live} == {"a": 2, "b": 3, "c": 3}
+    assert inheritable(balanced, live) == {"a": 2, "b": 3, "c": 3}
     gathered = _led("00000000")  # a full restart put every leader on the first node back
-    assert {n: inheritable(gathered, n, live) for n in live} == {"a": 0, "b": 6, "c": 2}
-    # A node that is not in sync, or already lost, inherits nothing; one lost node can hand over all.
+    assert inheritable(gathered, live) == {"a": 0, "b": 6, "c": 2}
+    # A node that is not in sync inherits nothing; one lost node can hand over all.
     out_of_sync = {p: replace(a, isr=tuple(n for n in a.isr if n != "b")) for p, a in gathered.items()}
-    assert inheritable(out_of_sync, "c", live) == 8 and inheritable(out_of_sync, "b", live) == 0
-    assert inheritable(gathered, "b", {"a", "b"}) == 8
+    assert inheritable(out_of_sync, live) == {"a": 0, "b": 0, "c": 8}
+    assert inheritable(gathered, {"a", "b"}) == {"a": 0, "b": 8}
 
 
-def test_a_node_keeps_more_cold_spares_while_it_would_inherit_more_than_its_spares_cover():
-    assert cold_spares_wanted(2, 3, False) == 2  # the spare with the standbys and two cold spares cover three
-    assert cold_spares_wanted(2, 6, False) == 5  # the spare with the standbys takes the first of six
-    assert cold_spares_wanted(0, 0, False) == 0
-    assert cold_spares_wanted(2, 5, True) == 2  # spares per partition: each has its own
+def test_a_node_keeps_more_cold_spares_while_it_would_inherit_more_than_its_spares_cover_up_to_a_limit():
+    assert cold_spares_wanted(2, 3, False, 6) == 2  # the spare with the standbys and two cold spares cover three
+    assert cold_spares_wanted(2, 6, False, 6) == 5  # the spare with the standbys takes the first of six
+    assert cold_spares_wanted(2, 17, False, 6) == 6  # 50 partitions on 3 nodes: shard.cold.spares.max
+    assert cold_spares_wanted(3, 17, False, 1) == 3  # the setting is a floor, whatever the limit
+    assert cold_spares_wanted(0, 0, False, 6) == 0
+    assert cold_spares_wanted(2, 6, True, 6) == 2  # spares per partition: each has its own
 
 
 def test_spares_per_partition_follow_the_followed_partitions_and_leave_adopting_ones_alone():
