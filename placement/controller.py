@@ -415,6 +415,7 @@ class Controller:
             else:
                 probe.cancel()
                 shards[p] = await self._unanswered(p)
+        await self._where_starting_shards_ran(nodes, shards)
         if not died and any(o.actor_state in STARTING for o in shards.values()):
             # Ray marks a node dead before it moves the node's actors to RESTARTING: a shard seen restarting
             # after the table was last read may have gone with its node, which a read now shows. Decided on
@@ -424,6 +425,19 @@ class Controller:
             if _newly_dead(nodes, fresh):
                 nodes = fresh
         return nodes, shards
+
+    async def _where_starting_shards_ran(self, nodes: dict, shards: dict[int, ShardObservation]) -> None:
+        """A shard actor Ray is restarting, seen with the coordinator node it last ran on (by name): a
+        controller that started after its predecessor committed a failover but before it moved the shard
+        finds the partition's name still held by the old leader's actor, which Ray restarts only when that
+        node is back (``decide`` starts the shard on the new leader then, rather than waiting for it as for
+        a shard queued for a process)."""
+        by_id = {o.node_id: name for name, o in nodes.items()}
+        for p, o in list(shards.items()):
+            if o.actor_state == "RESTARTING" and o.node is None and o.actor_id is not None:
+                node_id = await asyncio.to_thread(self._actors.actor_node_id, o.actor_id)
+                if node_id in by_id:
+                    shards[p] = dataclasses.replace(o, node=by_id[node_id])
 
     async def _probe(self, partition: int) -> ShardObservation:
         try:

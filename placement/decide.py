@@ -332,6 +332,13 @@ class _Round:
                 # First sight of this actor: created by the last round (keep its start time) or unknown.
                 ours = t is not None and t.actor_id is None and t.node == a.leader
                 t = ShardTrack(a.leader, t.since_ms if ours else self.now, o.actor_id)
+            if o.actor_state == "RESTARTING" and o.node is not None and o.node != a.leader:
+                # The partition's name is held by an actor of another node (the old leader's, its node
+                # lost): a controller that took over after a failover was committed but before its shard
+                # was started. Ray restarts that actor only when its node is back: start the leader's now.
+                self.start(p, a.leader, f"the shard actor holding the name is restarting on {o.node}; the "
+                                        f"leader is {a.leader}")
+                continue
             if o.actor_state in STARTING and (t.first_answer_ms is not None or t.running_ms is not None):
                 if t.first_answer_ms is not None and self.in_sync_elsewhere(p):
                     # The leader's process died after it had answered, and Ray is starting it again: an

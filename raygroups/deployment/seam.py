@@ -247,6 +247,19 @@ def actor_state(actor_id_hex: str) -> str | None:
     return (info or {}).get("State")
 
 
+def actor_node_id(actor_id_hex: str) -> str | None:
+    """The Ray node id an actor last ran on (Ray's actor table keeps it while Ray restarts the actor, which
+    for an actor pinned to its node's label waits for that node); None if unknown or never placed."""
+    from ray._private.state import state
+
+    try:
+        info = state.actor_table(actor_id_hex)
+    except Exception:  # noqa: BLE001 - unknown or unreachable: the caller treats it as unknown
+        return None
+    node_id = ((info or {}).get("Address") or {}).get("NodeID")
+    return node_id if node_id and node_id.strip("0") else None
+
+
 def create_worker(cls: type, namespace: str, *args: Any, resources: dict[str, float] | None = None):
     """A consumer worker actor: threaded (its loop blocks in one thread while ``stats``/``stop`` are served
     by others), no CPU reservation so that many fit on a small machine, not restarted by Ray (a dead
@@ -534,3 +547,4 @@ class ActorFactory:
 
     actor_id = staticmethod(actor_id)
     actor_state = staticmethod(actor_state)
+    actor_node_id = staticmethod(actor_node_id)

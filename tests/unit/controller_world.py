@@ -114,7 +114,8 @@ class World:
         if s is None or s.killed:
             return ShardObservation(None)
         if not self.alive[s.node] or self.node_ids[s.node] != s.incarnation:
-            return ShardObservation("RESTARTING", s.actor_id)  # Ray waits for a node with its label
+            # Ray waits for a node with its label; the controller reads the node it last ran on
+            return ShardObservation("RESTARTING", s.actor_id, node=s.node)
         if self.now < s.alive_at_ms:
             return ShardObservation("PENDING_CREATION", s.actor_id)
         if s.node in self.paused:

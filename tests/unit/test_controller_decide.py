@@ -148,6 +148,25 @@ def test_a_leader_shard_that_dies_keeps_its_node_in_the_isr_only_while_that_node
     assert old.leader not in w.state(p).isr
 
 
+def test_a_controller_that_took_over_after_a_committed_failover_starts_the_shard_the_old_one_did_not():
+    # The leader's node is lost and the controller commits the failover, then dies before it moves the
+    # shard: the partition's name stays with the old leader's actor, which Ray restarts only once that node
+    # is back. The next controller starts the new leader's shard at once, not after the queued-start bound.
+    w = up(World())
+    p = 1
+    old = w.state(p)
+    w.kill(old.leader)
+    decision = decide(w.meta, w.observe(), w.now + 200)
+    (commit,) = [c for c in decision.actions if isinstance(c, Commit) and c.partition == p]
+    assert w.commit(p, commit.assignment, commit.previous, commit.holders, commit.elected)
+    w.restart_controller(keep_gcs=True)
+    new = w.state(p)
+    assert new.leader != old.leader and w.shards[p].node == old.leader
+    w.run_until(lambda: w.shards[p].node == new.leader, limit_ms=1_000)
+    w.run_until(w.serving, limit_ms=10_000)
+    assert w.state(p).leader == new.leader
+
+
 def _restart_shard_unseen(w: World, p: int) -> None:
     """The process of ``p``'s shard dies and Ray restarts it in place between two of the controller's rounds:
     the same actor answers from a new process, loading its log from the start."""

@@ -64,6 +64,9 @@ class Actors:
     def actor_state(self, actor_id: str) -> str:
         return "ALIVE"  # Ray marks the actors of a dead node dead a little later
 
+    def actor_node_id(self, actor_id: str) -> str:
+        return f"{actor_id.removeprefix('actor-')}#1"  # the Ray node it last ran on
+
 
 def _controller(actors: Actors) -> Controller:
     controller = Controller("ns", Settings(2, 3, 2), actors)
@@ -127,7 +130,7 @@ def test_a_shard_seen_restarting_after_the_node_table_was_read_makes_the_round_r
 
     actors = NodeDies({0: Shard("A", answers=False), 1: Shard("B", answers=True)})
     nodes, shards = _probe_round(_controller(actors), actors)
-    assert shards[0] == ShardObservation("RESTARTING", "actor-A")
+    assert shards[0] == ShardObservation("RESTARTING", "actor-A", node="A")  # where it last ran
     assert not nodes["A"].alive and nodes["B"].alive and actors.reads == 2
 
 
