@@ -25,7 +25,9 @@ A round, in order:
 5. **Shards**: a shard runs only on its leader's node; one that is starting or loading is not silent. A
    shard silent for ``shard_silence_ms``, stepped down, or not started in time is failed over (or
    restarted in place when no other in-sync replica exists). "In time": ``shard_start_timeout_ms`` from
-   when its process runs, and ``QUEUED_START_FACTOR`` times that while it waits for Ray to start the process.
+   when its process runs, and ``QUEUED_START_FACTOR`` times that while it waits for Ray to start the process;
+   but a shard actor that Ray restarts on another node than the leader's (a failover committed by a
+   controller that died before moving the shard) is replaced on the leader's node at once.
 6. **Placement**: replica sets are re-planned when the placement nodes change (alive nodes, plus dead ones
    within ``node_replacement_delay_ms``).
 7. **Leader balance**: Kafka's preferred-leader election at its 10 % imbalance trigger, only when every
