@@ -136,31 +136,39 @@ def test_paused_leader_shard_is_fenced_and_replaced_by_the_successors_spare(clus
 
 
 def test_a_leader_flap_fails_over_three_times_keeping_every_replica_in_sync(cluster):
-    """A leader shard's process killed three times in a row, each time once its successor serves (the chaos
-    catalogue's leader-flap). Only processes died, so the old leaders' replicas stay in the ISR (each new
-    leader levels them to its log before it serves): the third death finds an in-sync replica elsewhere as
-    the first did, with no ISR shrink or re-expansion and no restart in place, and nothing acknowledged is
-    lost."""
+    """A leader shard's process killed again and again, each time once its successor serves (the chaos
+    catalogue's leader-flap), until three failovers. Only processes died, so the old leaders' replicas stay
+    in the ISR (each new leader levels them to its log before it serves): each failover finds an in-sync
+    replica elsewhere as the first did, with no ISR shrink or re-expansion, and nothing acknowledged is
+    lost. (A process Ray restarts and serves again before the controller saw it down is a restart in place,
+    not a failover: it is killed again.)"""
     nodes = set(cluster.coordinator_nodes())
     with Workload(cluster, "flap") as work:
         wait_for(lambda: work.progressed({}), what="commits before the fault")
         p = partition_for(work.stable, cluster.num_partitions)
+        wait_for(lambda: set(cluster.partition_state(p)["isr"]) == nodes, what="a full ISR before the flap")
         began = time.time()
-        for _ in range(3):
+        failovers = 0
+        for _ in range(6):
             state = cluster.partition_state(p)
             os.kill(cluster.shard_status()[p]["pid"], signal.SIGKILL)
-            wait_for(lambda: cluster.partition_state(p)["leader"] not in (None, state["leader"]),  # noqa: B023
-                     what="the next leader")
-            after = cluster.partition_state(p)
-            assert after["leader_epoch"] > state["leader_epoch"] and set(after["isr"]) == nodes, (state, after)
+            wait_for(lambda: (s := cluster.partition_state(p))["leader_epoch"] > state["leader_epoch"]  # noqa: B023
+                     and s["leader"] is not None, what="a new leader epoch")
             wait_for(lambda: (s := cluster.shard_status(timeout_s=5)[p])["state"] == "ACTIVE"
-                     and s["leader_epoch"] == after["leader_epoch"], what="the new leader serving")  # noqa: B023
+                     and s["leader_epoch"] == cluster.partition_state(p)["leader_epoch"], what="the partition served")
+            after = cluster.partition_state(p)
+            if after["leader"] != state["leader"]:
+                failovers += 1
+                assert set(after["isr"]) == nodes, (state, after)
+            if failovers == 3:
+                break
+        assert failovers == 3
         before = dict(work.acked)
         wait_for(lambda: work.progressed(before), what="commits after the third failover")
         work.observe()
     events = [e for e in cluster.controller_events() if e["t"] >= began and e.get("partition") == p]
-    assert [e["event"] for e in events if e["event"] in ("isr-shrink", "isr-expand", "shard-restart")] == [], events
-    assert [e["reason"] for e in events if e["event"] == "failover"] == ["leader shard died (Ray is restarting it)"] * 3
+    assert [e["event"] for e in events if e["event"] in ("isr-shrink", "isr-expand")] == [], events
+    assert {e["reason"] for e in events if e["event"] == "failover"} == {"leader shard died (Ray is restarting it)"}
     work.check_invariants()
     check_one_shard_per_partition(cluster)
     check_followers_match_leader(cluster)
