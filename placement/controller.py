@@ -416,7 +416,7 @@ class Controller:
                 probe.cancel()
                 shards[p] = await self._unanswered(p)
         await self._where_starting_shards_ran(nodes, shards)
-        if not died and any(o.actor_state in STARTING for o in shards.values()):
+        if not died and any(o.actor_state == "RESTARTING" for o in shards.values()):
             # Ray marks a node dead before it moves the node's actors to RESTARTING: a shard seen restarting
             # after the table was last read may have gone with its node, which a read now shows. Decided on
             # the older table, it would look like a process dead on a live node, whose node stays in the ISR

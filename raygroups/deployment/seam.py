@@ -235,28 +235,27 @@ def actor_id(handle) -> str:
     return handle._actor_id.hex()
 
 
-def actor_state(actor_id_hex: str) -> str | None:
-    """Ray's state of an actor (``PENDING_CREATION``, ``ALIVE``, ``RESTARTING``, ``DEAD``, ...), read from the
-    GCS (works without the dashboard); None if Ray does not know it."""
+def _actor_info(actor_id_hex: str) -> dict:
+    """Ray's actor table entry of an actor, read from the GCS (works without the dashboard); empty if Ray
+    does not know it or the GCS does not answer."""
     from ray._private.state import state
 
     try:
-        info = state.actor_table(actor_id_hex)
-    except Exception:  # noqa: BLE001 - unknown or unreachable: the caller treats it as unknown
-        return None
-    return (info or {}).get("State")
+        return state.actor_table(actor_id_hex) or {}
+    except Exception:  # noqa: BLE001 - unknown or unreachable: the callers treat it as unknown
+        return {}
+
+
+def actor_state(actor_id_hex: str) -> str | None:
+    """Ray's state of an actor (``PENDING_CREATION``, ``ALIVE``, ``RESTARTING``, ``DEAD``, ...); None if Ray
+    does not know it."""
+    return _actor_info(actor_id_hex).get("State")
 
 
 def actor_node_id(actor_id_hex: str) -> str | None:
     """The Ray node id an actor last ran on (Ray's actor table keeps it while Ray restarts the actor, which
     for an actor pinned to its node's label waits for that node); None if unknown or never placed."""
-    from ray._private.state import state
-
-    try:
-        info = state.actor_table(actor_id_hex)
-    except Exception:  # noqa: BLE001 - unknown or unreachable: the caller treats it as unknown
-        return None
-    node_id = ((info or {}).get("Address") or {}).get("NodeID")
+    node_id = (_actor_info(actor_id_hex).get("Address") or {}).get("NodeID")
     return node_id if node_id and node_id.strip("0") else None
 
 
