@@ -94,7 +94,7 @@ def row(mix: str, seed: int, report: dict, folder: Path | None = None) -> dict:
         "faults": sum((report.get("faults") or {}).values()),
         "faults_planned": sum((report.get("faults_planned") or {}).values()),
         "failovers": total.get("count", 0), "failover_p50_s": total.get("p50"), "failover_p99_s": total.get("p99"),
-        "unserved": failover.get("unserved", 0),
+        "unserved": failover.get("unserved", 0), "interrupted": failover.get("interrupted", 0),
         "unavailable_s_max_partition": max(unavailable.values(), default=0.0),
         "commits": (report.get("commits") or {}).get("ok"),
         "nemesis_errors": len(report.get("nemesis_errors") or []),

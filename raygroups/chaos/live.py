@@ -70,7 +70,10 @@ class LiveView:
             f"(p50 {r['commits']['latency_ms']['p50']} ms, p99 {r['commits']['latency_ms']['p99']} ms; a no-op actor "
             f"call: p50 {r['baseline']['noop_actor_call_ms']['p50']} ms)"
             f"\nfailover (kill -> first probe commit the new leader served): p50 {fo['p50']} s, p99 {fo['p99']} s, "
-            f"max {fo['max']} s over {fo['count']} failovers; consumers' first commit after them: p50 "
+            f"max {fo['max']} s over {fo['count']} failovers"
+            + (f" ({r['failover']['interrupted']} more interrupted by a later fault of their partition)"
+               if r["failover"].get("interrupted") else "")
+            + "; consumers' first commit after them: p50 "
             f"{r['failover']['consumers_s']['p50']} s, p99 {r['failover']['consumers_s']['p99']} s"
             + (f"\nrecovery after a full restart: p50 {rec['p50']} s, max {rec['max']} s over {rec['count']}"
                if rec["count"] else "")
@@ -79,7 +82,9 @@ class LiveView:
             for fault, f in r[name]["by_fault"].items():
                 t = f["total_s"]
                 self.console.print(f"  {fault}: {t['count']} {kind}, p50 {t['p50']} s, p99 {t['p99']} s, max "
-                                   f"{t['max']} s" + (f", {f['unserved']} unserved" if f["unserved"] else ""))
+                                   f"{t['max']} s" + (f", {f['unserved']} unserved" if f["unserved"] else "")
+                                   + (f", {f['interrupted']} interrupted by a later fault" if f.get("interrupted")
+                                      else ""))
         for v in r["violations"][:20]:
             self.console.print(f"[red]VIOLATION {v['invariant']}[/red]: {v['message']}")
         verdict = "[green]valid: no invariant violated[/green]" if r["ok"] else \

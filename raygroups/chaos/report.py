@@ -12,7 +12,9 @@ paused consumer shows there too) are kept beside it, named as such.
 Failover time is Kafka's user-visible one, as the probe sees it: from the kill (or pause) to the first
 probe commit on the partition that only the new leader can have acknowledged (invoked once its shard was
 started), broken down into detection (the controller's first reaction), election (to the new leader's
-start), load (the new shard's replay) and client rediscovery (the rest). Beside it, per failover, the time
+start), load (the new shard's replay) and client rediscovery (the rest); a failover whose partition was
+disrupted again before that first commit (a leader flap's next kill) is counted as interrupted, with no time
+(the commit was the later leader's). Beside it, per failover, the time
 to the consumers' first commit there (``consumers_s``), which adds whatever rebalances the consumers were
 in. Faults that take every replica of a partition down at once (``RECOVERY_FAULTS``) are no failover: their
 rows are reported apart, as recoveries. Rebalances are the generations each group reached after its first.
@@ -83,19 +85,47 @@ def _first_served(ops: list, since: float, fault_time: float) -> float | None:
     return round(first.complete.time - fault_time, 3)
 
 
+def _next_disruptions(nemesis: Any) -> dict[tuple[int, int], Any]:
+    """Per (index of a disruption, partition it took down), the next disruption of that partition."""
+    by_partition: dict[int, list[tuple[float, int]]] = defaultdict(list)
+    for i, d in enumerate(nemesis.disruptions):
+        for p in d.partitions:
+            by_partition[p].append((d.time, i))
+    out = {}
+    for p, hits in by_partition.items():
+        hits.sort()
+        for (_, i), (_, j) in zip(hits, hits[1:], strict=False):
+            out[(i, p)] = nemesis.disruptions[j]
+    return out
+
+
 def failovers(history: History, nemesis: Any, num_partitions: int) -> list[dict]:
+    """One row per partition a disruption took down. A row whose first commit came only after the next
+    disruption of its partition (the second kill of a leader flap, say, before a probe commit reached the
+    first successor) is ``interrupted``: that commit was the later leader's, so the row has no time of its
+    own (counting it would count the later failover twice); the outage stays in the availability figures."""
     probes = _ok_by_partition(history, num_partitions, is_probe)
     consumers = _ok_by_partition(history, num_partitions, is_consumer)
+    following = _next_disruptions(nemesis)
     out = []
-    for d in nemesis.disruptions:
+    for i, d in enumerate(nemesis.disruptions):
         for p in d.partitions:
             b = d.breakdown.get(p, {})
             # The first commit only the new incarnation can have acknowledged: invoked once it serves (a
             # killed node's processes may answer for a moment; a paused leader's followers are fenced).
             since = max(d.time, b.get("served_from", d.time))
             total = _first_served(probes.get(p, []), since, d.time)
+            consumers_s = _first_served(consumers.get(p, []), since, d.time)
+            nxt = following.get((i, p))
+            interrupted = nxt is not None and total is not None and d.time + total > nxt.time
+            if interrupted:
+                total = None
+            if nxt is not None and consumers_s is not None and d.time + consumers_s > nxt.time:
+                consumers_s = None
             row = {"fault": d.fault, "time": round(d.time, 3), "partition": p, "total_s": total,
-                   "consumers_s": _first_served(consumers.get(p, []), since, d.time), **dict.fromkeys(STEPS)}
+                   "consumers_s": consumers_s, **dict.fromkeys(STEPS)}
+            if interrupted:
+                row["interrupted_by"] = nxt.fault
             row.update({k: b.get(k) for k in ("detection_s", "election_s")})
             if b.get("load_s") is not None:
                 row["load_s"] = round(b["load_s"], 3)
@@ -104,6 +134,11 @@ def failovers(history: History, nemesis: Any, num_partitions: int) -> list[dict]
                 row["rediscovery_s"] = round(max(0.0, total - sum(known)), 3)
             out.append(row)
     return out
+
+
+def _unserved(rows: list[dict]) -> int:
+    """Rows of a partition no probe commit was served on within ``FAILOVER_HORIZON_S``."""
+    return sum(1 for r in rows if r["total_s"] is None and "interrupted_by" not in r)
 
 
 def _failover_summary(rows: list[dict]) -> dict:
@@ -115,10 +150,11 @@ def _failover_summary(rows: list[dict]) -> dict:
         "total_s": _summary([r["total_s"] for r in rows if r["total_s"] is not None]),
         **{k: _summary([r[k] for r in rows if r[k] is not None]) for k in STEPS},
         "consumers_s": _summary([r["consumers_s"] for r in rows if r["consumers_s"] is not None]),
-        "unserved": sum(1 for r in rows if r["total_s"] is None),
+        "unserved": _unserved(rows),
+        "interrupted": sum(1 for r in rows if "interrupted_by" in r),
         "by_fault": {f: {"total_s": _summary([r["total_s"] for r in rs if r["total_s"] is not None]),
                          "consumers_s": _summary([r["consumers_s"] for r in rs if r["consumers_s"] is not None]),
-                         "unserved": sum(1 for r in rs if r["total_s"] is None)}
+                         "unserved": _unserved(rs), "interrupted": sum(1 for r in rs if "interrupted_by" in r)}
                      for f, rs in sorted(by_fault.items())},
         "events": rows,
     }

@@ -174,3 +174,41 @@ def test_a_leader_flap_is_one_fault_of_three_failovers_and_the_plan_is_reported(
     assert report["faults_injected"] == 1 and report["faults"] == {"leader-flap": 1}
     assert report["faults_planned"] == {"leader-flap": 2}  # the second was not reached
     assert report["failover"]["by_fault"]["leader-flap"]["total_s"]["count"] == 3
+
+
+def test_a_failover_disrupted_again_before_its_first_commit_is_interrupted_not_timed_twice():
+    """A leader flap's first kill (10 s): its successor serves at 10.5 s and is killed at 11 s, before a
+    probe commit reached it; the first commit (13.1 s) is the third leader's. The first row is interrupted
+    (no time), the second is 2.1 s, and neither is unserved."""
+    t = Timeline().probe_commit(9.0, 9.1, offset=1)
+    t.fault(10.0, "leader-flap", partition=1).fault(11.0, "leader-flap", partition=1, continues=True)
+    t.probe_commit(10.0, 13.0, "info", offset=2)
+    t.probe_commit(13.0, 13.1, offset=3)
+    t.consumer_commit(12.0, 14.0, offset=4)
+    history = t.history()
+    nemesis = SimpleNamespace(skipped={}, errors=[], disruptions=[
+        Disruption("leader-flap", 10.0, [1], breakdown={1: {"detection_s": 0.2, "election_s": 0.3,
+                                                           "served_from": 10.5}}),
+        Disruption("leader-flap", 11.0, [1], breakdown={1: {"detection_s": 0.3, "election_s": 0.4,
+                                                           "served_from": 11.7}}),
+        Disruption("shard-kill", 12.0, [2], breakdown={2: {"served_from": 12.5}}),  # another partition
+    ])
+    first, second, _ = failovers(history, nemesis, PARTITIONS)
+    assert first["total_s"] is None and first["interrupted_by"] == "leader-flap"
+    assert first["consumers_s"] is None and first["rediscovery_s"] is None and first["detection_s"] == 0.2
+    assert second["total_s"] == 2.1 and second["consumers_s"] == 3.0 and "interrupted_by" not in second
+    report = build_report(history, check(history), nemesis, SimpleNamespace(), 5.0,
+                          {"coordinator_partitions": PARTITIONS})
+    flap = report["failover"]["by_fault"]["leader-flap"]
+    assert flap["total_s"]["count"] == 1 and flap["interrupted"] == 1 and flap["unserved"] == 0
+    # partition 2 had no probe commit at all: unserved, not interrupted (no later fault of its own)
+    assert report["failover"]["interrupted"] == 1 and report["failover"]["unserved"] == 1
+
+
+def test_a_partition_disrupted_again_but_never_served_within_the_horizon_is_still_unserved():
+    t = Timeline().fault(2.0, "shard-kill", partition=1).fault(3.0, "shard-kill", partition=1)
+    t.probe_commit(2.0, 200.0, "info", offset=2)
+    nemesis = SimpleNamespace(disruptions=[Disruption("shard-kill", at, [1], breakdown={1: {"served_from": at + .5}})
+                                           for at in (2.0, 3.0)])
+    rows = failovers(t.history(), nemesis, PARTITIONS)
+    assert [r["total_s"] for r in rows] == [None, None] and not any("interrupted_by" in r for r in rows)
